@@ -1,0 +1,189 @@
+"""``strait sandbox``: real Kafka clusters and a ZooKeeper on this machine."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from strait.sandbox import Sandbox, SandboxError, SandboxSpec, default_state_dir
+
+app = typer.Typer(help="Start, inspect and stop real Kafka (KRaft) clusters and a ZooKeeper on 127.0.0.1.")
+broker_app = typer.Typer(help="Fault controls for one broker: stop, kill -9, start, pause (SIGSTOP), resume.")
+zookeeper_app = typer.Typer(help="Fault controls for the sandbox's ZooKeeper: stop, kill -9, start.")
+app.add_typer(broker_app, name="broker")
+app.add_typer(zookeeper_app, name="zookeeper")
+
+console = Console(stderr=True)
+
+StateDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir", help="Where the sandbox keeps its data, logs and pids. [default: ~/.cache/strait/sandbox]"
+    ),
+]
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    console.print(f"[red]error:[/red] {exc}")
+    return typer.Exit(code=1)
+
+
+def _render(description: dict[str, object]) -> None:
+    table = Table(title="Strait sandbox")
+    for column in ("cluster", "bootstrap", "broker", "rack", "running", "log dirs"):
+        table.add_column(column)
+    clusters = description["clusters"]
+    assert isinstance(clusters, dict)
+    for name, cluster in clusters.items():
+        for broker in cluster["brokers"]:
+            table.add_row(
+                name, cluster["bootstrap"], str(broker["id"]), str(broker["rack"] or "-"),
+                "yes" if broker["running"] else "no", "\n".join(broker["log_dirs"]),
+            )
+    Console().print(table)
+    Console().print(f"ZooKeeper: {description['zookeeper']}")
+
+
+@app.command()
+def up(
+    clusters: Annotated[str, typer.Option(help="Comma-separated cluster names.")] = "src,dst",
+    brokers: Annotated[int, typer.Option(help="Brokers per cluster.")] = 1,
+    racks: Annotated[int, typer.Option(help="Spread brokers over racks r1..rN (sets broker.rack); 0 = no racks.")] = 0,
+    log_dirs: Annotated[int, typer.Option("--log-dirs", help="Log dirs (disks) per broker.")] = 2,
+    zookeeper_port: Annotated[int | None, typer.Option(help="ZooKeeper client port [default: a free one].")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for every broker to register.")] = 90.0,
+    state_dir: StateDir = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the sandbox.")] = False,
+) -> None:
+    """Start ZooKeeper and the named clusters; return once every broker answers metadata requests."""
+    spec = SandboxSpec(
+        clusters=tuple(c.strip() for c in clusters.split(",") if c.strip()),
+        brokers=brokers, racks=racks, log_dirs=log_dirs, state_dir=state_dir,
+        zookeeper_port=zookeeper_port, startup_timeout_s=timeout,
+    )
+    started = time.monotonic()
+    try:
+        sandbox = Sandbox.up(spec)
+    except SandboxError as exc:
+        raise _fail(exc) from exc
+    description = sandbox.describe()
+    if as_json:
+        typer.echo(json.dumps(description))
+    else:
+        _render(description)
+        console.print(f"up in {time.monotonic() - started:.1f}s; state in {sandbox.state_dir}")
+
+
+@app.command()
+def status(
+    state_dir: StateDir = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Show the running sandbox."""
+    try:
+        description = Sandbox.load(state_dir).describe()
+    except SandboxError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        typer.echo(json.dumps(description))
+    else:
+        _render(description)
+
+
+@app.command()
+def down(
+    state_dir: StateDir = None,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep data and logs after stopping.")] = False,
+) -> None:
+    """Stop exactly the processes the sandbox started, then remove its data unless --keep."""
+    try:
+        sandbox = Sandbox.load(state_dir)
+    except SandboxError as exc:
+        raise _fail(exc) from exc
+    sandbox.down(keep=keep)
+    console.print(f"sandbox in {state_dir or default_state_dir()} stopped" + (" (data kept)" if keep else ""))
+
+
+def _broker_action(action: str, cluster: str, broker_id: int, state_dir: Path | None) -> None:
+    try:
+        sandbox = Sandbox.load(state_dir)
+        getattr(sandbox, f"{action}_broker")(cluster, broker_id)
+    except SandboxError as exc:
+        raise _fail(exc) from exc
+    console.print(f"broker {broker_id} of {cluster}: {action} done")
+
+
+@broker_app.command("stop")
+def broker_stop(cluster: str, broker_id: int, state_dir: StateDir = None) -> None:
+    """Stop a broker cleanly (SIGTERM)."""
+    _broker_action("stop", cluster, broker_id, state_dir)
+
+
+@broker_app.command("kill")
+def broker_kill(cluster: str, broker_id: int, state_dir: StateDir = None) -> None:
+    """kill -9 a broker."""
+    _broker_action("kill", cluster, broker_id, state_dir)
+
+
+@broker_app.command("start")
+def broker_start(cluster: str, broker_id: int, state_dir: StateDir = None) -> None:
+    """Start a stopped broker again (same port, same data)."""
+    _broker_action("start", cluster, broker_id, state_dir)
+
+
+@broker_app.command("pause")
+def broker_pause(cluster: str, broker_id: int, state_dir: StateDir = None) -> None:
+    """Freeze a broker (SIGSTOP)."""
+    _broker_action("pause", cluster, broker_id, state_dir)
+
+
+@broker_app.command("resume")
+def broker_resume(cluster: str, broker_id: int, state_dir: StateDir = None) -> None:
+    """Unfreeze a paused broker (SIGCONT)."""
+    _broker_action("resume", cluster, broker_id, state_dir)
+
+
+def _zookeeper_action(action: str, state_dir: Path | None) -> None:
+    try:
+        sandbox = Sandbox.load(state_dir)
+        getattr(sandbox, f"{action}_zookeeper")()
+    except SandboxError as exc:
+        raise _fail(exc) from exc
+    console.print(f"zookeeper: {action} done")
+
+
+@zookeeper_app.command("stop")
+def zookeeper_stop(state_dir: StateDir = None) -> None:
+    """Stop ZooKeeper cleanly."""
+    _zookeeper_action("stop", state_dir)
+
+
+@zookeeper_app.command("kill")
+def zookeeper_kill(state_dir: StateDir = None) -> None:
+    """kill -9 ZooKeeper."""
+    _zookeeper_action("kill", state_dir)
+
+
+@zookeeper_app.command("start")
+def zookeeper_start(state_dir: StateDir = None) -> None:
+    """Start ZooKeeper again on the same port and data."""
+    _zookeeper_action("start", state_dir)
+
+
+@app.command()
+def fetch() -> None:
+    """Download the Kafka, ZooKeeper and MirrorMaker 2 jars from Maven Central (once; cached)."""
+    from strait.sandbox import artifacts
+
+    for runtime in artifacts.RUNTIMES:
+        try:
+            folder = artifacts.resolve(runtime)
+        except SandboxError as exc:
+            raise _fail(exc) from exc
+        console.print(f"{runtime}: {folder}")

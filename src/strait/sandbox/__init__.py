@@ -1,0 +1,6 @@
+"""Real Apache Kafka (KRaft) clusters and a ZooKeeper on 127.0.0.1, for demos, tests and benchmarks."""
+
+from strait.sandbox.errors import SandboxError
+from strait.sandbox.sandbox import ClusterState, Sandbox, SandboxSpec, default_state_dir
+
+__all__ = ["ClusterState", "Sandbox", "SandboxError", "SandboxSpec", "default_state_dir"]

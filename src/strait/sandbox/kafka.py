@@ -1,0 +1,112 @@
+"""Real Apache Kafka brokers in KRaft mode for the sandbox.
+
+Each cluster's broker 1 also acts as its single KRaft controller (combined mode); the
+other brokers are brokers only. That keeps a cluster to one JVM per broker on a two-core
+machine; fault tests that restart a broker pick one other than 1 when they need the
+quorum to stay up.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+KAFKA_MAIN = "kafka.Kafka"
+STORAGE_TOOL = "kafka.tools.StorageTool"
+
+
+def new_cluster_id() -> str:
+    """A Kafka cluster id: a random UUID in URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+@dataclass(frozen=True)
+class BrokerLayout:
+    """Where one broker listens and keeps its data."""
+
+    node_id: int
+    port: int
+    controller_port: int  # the cluster's controller listener (on broker 1)
+    rack: str | None
+    log_dirs: tuple[Path, ...]
+    config: Path
+    log: Path
+    cluster_size: int
+
+    @property
+    def is_controller(self) -> bool:
+        return self.node_id == 1
+
+
+def write_config(layout: BrokerLayout) -> Path:
+    """Render server.properties with small thread pools and test-friendly timings."""
+    replication = min(3, layout.cluster_size)
+    lines = [
+        f"node.id={layout.node_id}",
+        f"controller.quorum.voters=1@127.0.0.1:{layout.controller_port}",
+        "controller.listener.names=CONTROLLER",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name=PLAINTEXT",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{layout.port}",
+        f"log.dirs={','.join(str(d) for d in layout.log_dirs)}",
+        "num.network.threads=2",
+        "num.io.threads=2",
+        "num.replica.fetchers=1",
+        "num.recovery.threads.per.data.dir=1",
+        "background.threads=2",
+        "log.cleaner.threads=1",
+        "num.partitions=1",
+        f"default.replication.factor={replication}",
+        f"offsets.topic.replication.factor={replication}",
+        "offsets.topic.num.partitions=4",
+        f"transaction.state.log.replication.factor={replication}",
+        "transaction.state.log.min.isr=1",
+        "transaction.state.log.num.partitions=4",
+        "share.coordinator.state.topic.replication.factor=1",
+        "share.coordinator.state.topic.min.isr=1",
+        "group.initial.rebalance.delay.ms=0",
+        "auto.create.topics.enable=false",
+        "delete.topic.enable=true",
+        "log.retention.check.interval.ms=30000",
+        "replica.lag.time.max.ms=10000",
+        "socket.request.max.bytes=104857600",
+    ]
+    if layout.is_controller:
+        lines += [
+            "process.roles=broker,controller",
+            f"listeners=PLAINTEXT://127.0.0.1:{layout.port},CONTROLLER://127.0.0.1:{layout.controller_port}",
+        ]
+    else:
+        lines += ["process.roles=broker", f"listeners=PLAINTEXT://127.0.0.1:{layout.port}"]
+    if layout.rack is not None:
+        lines.append(f"broker.rack={layout.rack}")
+    for directory in layout.log_dirs:
+        directory.mkdir(parents=True, exist_ok=True)
+    layout.config.parent.mkdir(parents=True, exist_ok=True)
+    layout.config.write_text("\n".join(lines) + "\n")
+    return layout.config
+
+
+def format_args(config: Path, cluster_id: str) -> list[str]:
+    return ["format", "-t", cluster_id, "-c", str(config), "--ignore-formatted"]
+
+
+LOG4J2 = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.state.name = state.change.logger
+logger.state.level = warn
+logger.request.name = kafka.request.logger
+logger.request.level = warn
+logger.raft.name = org.apache.kafka.raft
+logger.raft.level = warn
+logger.zk.name = org.apache.zookeeper
+logger.zk.level = info
+"""

@@ -1,0 +1,1 @@
+"""HTTP interfaces of Strait's services."""
