@@ -20,7 +20,7 @@ demo: setup
 	$(BIN)/strait demo
 
 lint: $(BIN)/strait
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests $(wildcard bench)
 	$(BIN)/mypy
 
 unit: $(BIN)/strait
