@@ -18,8 +18,15 @@ STORAGE_TOOL = "kafka.tools.StorageTool"
 
 
 def new_cluster_id() -> str:
-    """A Kafka cluster id: a random UUID in URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka cluster id: a random UUID in URL-safe base64 without padding.
+
+    Like Kafka's own Uuid.randomUuid, an id starting with '-' is drawn again: the storage
+    tool's argument parser would read it as an option (1 draw in 64).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 @dataclass(frozen=True)

@@ -265,7 +265,7 @@ class Sandbox:
     def _wait_zookeeper(self, deadline: float) -> None:
         assert self.zk is not None and self.zk.pid is not None
         while not zookeeper.is_serving(self.zk.port):
-            if not process.is_ours(self.zk.pid, str(self.state_dir)):
+            if self._exited(self.zk.pid) and not zookeeper.is_serving(self.zk.port):
                 raise SandboxError(f"ZooKeeper exited during start-up; see {self.zk.log}")
             if time.monotonic() > deadline:
                 raise SandboxError(f"ZooKeeper did not serve on port {self.zk.port} in time; see {self.zk.log}")
@@ -279,7 +279,7 @@ class Sandbox:
         wanted = {b.id for b in cluster.brokers}
         while True:
             for broker in cluster.brokers:
-                if broker.pid is not None and not process.is_ours(broker.pid, str(self.state_dir)):
+                if broker.pid is not None and self._exited(broker.pid):
                     raise SandboxError(
                         f"broker {broker.id} of cluster {cluster.name!r} exited during start-up; see {broker.log}"
                     )
@@ -295,6 +295,14 @@ class Sandbox:
                 late = ", ".join(b.log for b in cluster.brokers)
                 raise SandboxError(f"cluster {cluster.name!r} was not ready in time; see {late}")
             time.sleep(0.3)
+
+    def _exited(self, pid: int) -> bool:
+        # Asked twice, a moment apart: on a loaded machine one look at /proc can catch a
+        # process between states, and a false "exited" would tear down a healthy sandbox.
+        if process.is_ours(pid, str(self.state_dir)):
+            return False
+        time.sleep(0.5)
+        return not process.is_ours(pid, str(self.state_dir))
 
     def _save(self) -> None:
         raw: dict[str, Any] = {
