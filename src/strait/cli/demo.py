@@ -11,6 +11,6 @@ def demo(
 ) -> None:
     """Bring up a sandbox (src, dst), a controller and workers, generate data, add topics over REST,
     and show records copied and lag live until Ctrl-C; then stop everything."""
-    from strait import demo as runner
+    import strait.demo as runner
 
     raise typer.Exit(runner.run(workers=workers, topics=topics))

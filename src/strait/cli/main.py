@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from strait.cli import demo, sandbox
+from strait.cli import controller, demo, sandbox, topics, worker, workers
 
 app = typer.Typer(
     help="Strait: replicate Kafka topics between clusters and keep each cluster's disks balanced.",
@@ -13,6 +13,10 @@ app = typer.Typer(
 )
 app.add_typer(sandbox.app, name="sandbox")
 app.command("demo")(demo.demo)
+app.command("controller")(controller.controller)
+app.command("worker")(worker.worker)
+app.add_typer(topics.app, name="topics")
+app.add_typer(workers.app, name="workers")
 
 
 def main() -> None:

@@ -1,0 +1,67 @@
+"""Planning benchmark: time and peak memory to plan a rebalance of a generated cluster.
+
+Run: python bench/balancer_plan.py [--size small|large|both] [--seed N]
+small = 100 brokers x 12 disks x 100,000 replicas; large = 1,000 brokers x 12 disks x 1,000,000.
+Wall time suffers on a shared machine; CPU time is printed too. Peak memory is the process's
+peak RSS (ru_maxrss), reported before and after planning, so the planner's own share is the
+difference. The clusters are skewed (a tenth of replicas piled onto the
+first brokers and first disks) and 5% of brokers are new and empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+from strait.balancer import operations
+from strait.balancer.goals import Goals
+from strait.balancer.synthetic import Shape, generate
+
+SIZES = {
+    "small": Shape(brokers=100, dirs_per_broker=12, partitions=100_000 // 3, skew=0.1, empty_brokers=5, fill=0.4),
+    "large": Shape(brokers=1000, dirs_per_broker=12, partitions=1_000_000 // 3, skew=0.1, empty_brokers=50,
+                   fill=0.4),
+}
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run(name: str, seed: int) -> None:
+    shape = SIZES[name]
+    t0 = time.perf_counter()
+    model = generate(shape, seed)
+    t1 = time.perf_counter()
+    before = _peak_mb()
+    cpu0 = time.process_time()
+    plan = operations.rebalance(model, Goals())
+    t2 = time.perf_counter()
+    cpu = time.process_time() - cpu0
+    after = _peak_mb()
+    s = plan.stats
+    print(
+        f"{name}: {shape.brokers} brokers x {shape.dirs_per_broker} disks x {model.replica_count():,} replicas | "
+        f"generate {t1 - t0:.1f}s | plan {t2 - t1:.1f}s wall, {cpu:.1f}s CPU | "
+        f"peak RSS {before:.0f} MB before planning, "
+        f"{after:.0f} MB after (+{after - before:.0f} MB) | moves {s['moves']:,} "
+        f"(inter {s['inter_broker_moves']:,}, intra {s['intra_broker_moves']:,}) | "
+        f"bytes {s['bytes'] / 2**40:.2f} TiB vs lower bound {s['min_bytes'] / 2**40:.2f} TiB "
+        f"({s['bytes'] / max(s['min_bytes'], 1):.2f}x) | spread {s['spread_before']:.3f} -> {s['spread_after']:.3f} "
+        f"| warnings {len(plan.warnings)}",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--size", choices=["small", "large", "both"], default="both")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    for name in ("small", "large") if args.size == "both" else (args.size,):
+        run(name, args.seed)
+
+
+if __name__ == "__main__":
+    main()

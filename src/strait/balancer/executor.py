@@ -1,0 +1,655 @@
+"""Runs a plan against a cluster: the sliding window, throttles, cancel, durable progress.
+
+One loop, ticking every `poll_interval` (0.5 s by default, so a finished move is noticed within a
+second): read what Kafka says about the moves in flight, retire finished ones, honour a cancel
+request, start whatever the window admits, keep the throttles equal to what the moves in flight
+need, and write progress to the state topic. In `batch` mode the window only refills once it
+is empty, which is how stock tools behave and what the benchmark compares against.
+
+Deviations from the ideal, forced by Kafka's APIs: an inter-broker move picks the log dir of each
+new replica by calling AlterReplicaLogDirs before the reassignment (the broker remembers the
+preferred dir and answers ReplicaNotAvailable); should the replica still land elsewhere, the
+executor follows up with an intra-broker move before it calls the move done.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from strait.balancer.errors import BalanceError, ExecutionConflict, PlanError
+from strait.balancer.gateway import Gateway, ReplicaKey
+from strait.balancer.plan import InterBrokerMove, IntraBrokerMove, Move, Plan, order_for_execution, validate
+from strait.balancer.state import Execution, StateStore
+from strait.balancer.throttle import Ledger, Throttles
+from strait.balancer.window import Caps, Window, footprint
+
+log = logging.getLogger(__name__)
+
+PENDING, RUNNING, PLACING, DONE, FAILED, CANCELLED, SKIPPED = (
+    "pending",
+    "running",
+    "placing",
+    "done",
+    "failed",
+    "cancelled",
+    "skipped",
+)
+ACTIVE = (RUNNING, PLACING)
+FINAL = (DONE, FAILED, CANCELLED, SKIPPED)
+# Errors AlterReplicaLogDirs returns for a replica the broker does not host yet; the preferred dir
+# is still recorded, which is all we asked for.
+# How long metadata may disagree with the controller about a finished reassignment.
+_METADATA_GRACE = 10.0
+_NOT_HOSTED_YET = {"ReplicaNotAvailableError", "NotLeaderOrFollowerError", "NotLeaderForPartitionError"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    """How to run an execution."""
+
+    mode: str = "pipeline"
+    caps: Caps = field(default_factory=Caps)
+    throttle: int | None = None
+    poll_interval: float = 0.5
+    heartbeat_interval: float = 2.0
+    elect_leaders: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("pipeline", "batch"):
+            raise ValueError(f"mode must be 'pipeline' or 'batch', got {self.mode!r}")
+        if self.throttle is not None and self.throttle <= 0:
+            raise ValueError(f"throttle must be a positive rate in bytes/s, got {self.throttle}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Options:
+        values = dict(data)
+        values["caps"] = Caps(**dict(values.get("caps") or {}))
+        return cls(**values)
+
+
+@dataclass
+class Snapshot:
+    """Progress at one moment, for progress bars, `status` and the REST layer."""
+
+    execution_id: str
+    status: str
+    total: int
+    done: int
+    failed: int
+    in_flight: int
+    pending: int
+    bytes_total: int
+    bytes_done: int
+    moves: dict[str, dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def snapshot_of(execution: Execution) -> Snapshot:
+    """Progress of a stored execution, read from the state topic alone."""
+    plan = Plan.from_dict(execution.plan)
+    states = dict(execution.progress.get("moves") or {})
+    return _snapshot(execution.id, execution.status, plan.moves, states)
+
+
+def _snapshot(
+    execution_id: str, status: str, moves: Iterable[Move], states: Mapping[str, Mapping[str, Any]]
+) -> Snapshot:
+    total = done = failed = in_flight = pending = 0
+    bytes_total = bytes_done = 0
+    for m in moves:
+        total += 1
+        bytes_total += m.bytes
+        state = states.get(m.id, {}).get("state", PENDING)
+        if state == DONE:
+            done += 1
+            bytes_done += m.bytes
+        elif state == FAILED:
+            failed += 1
+        elif state in ACTIVE:
+            in_flight += 1
+        elif state == PENDING:
+            pending += 1
+    return Snapshot(
+        execution_id,
+        status,
+        total,
+        done,
+        failed,
+        in_flight,
+        pending,
+        bytes_total,
+        bytes_done,
+        {k: dict(v) for k, v in states.items()},
+    )
+
+
+class Executor:
+    """Drives one execution to its end (done, failed or cancelled)."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        store: StateStore | None,
+        execution_id: str,
+        plan: Plan,
+        options: Options,
+        *,
+        progress: Mapping[str, Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.gateway = gateway
+        self.store = store
+        self.id = execution_id
+        self.plan = plan
+        self.options = options
+        self.clock = clock
+        self.sleep = sleep
+        self.moves = {m.id: m for m in plan.moves}
+        self.order = order_for_execution(plan.moves)
+        saved = dict(progress or {})
+        self.states: dict[str, dict[str, Any]] = {k: dict(v) for k, v in dict(saved.get("moves") or {}).items()}
+        for m in plan.moves:
+            self.states.setdefault(m.id, {"state": PENDING})
+        self.throttles = Throttles(gateway, Ledger.from_dict(saved.get("throttles")))
+        self.window = Window(options.caps)
+        self.status = "running"
+        self._cancel = False
+        self._last_beat = 0.0
+        self._last_cancel_check = 0.0
+        self._dirty = True
+        self._started_at = time.time()
+        # Moves already running when we (re)start hold their window slots.
+        for mid, st in self.states.items():
+            if st["state"] in ACTIVE and mid in self.moves:
+                self.window.add(mid, footprint(self.moves[mid]))
+
+    # ---- public ---------------------------------------------------------------------------
+
+    def request_cancel(self) -> None:
+        """Ask the loop to cancel at its next tick (thread-safe: a flag)."""
+        self._cancel = True
+
+    def snapshot(self) -> Snapshot:
+        return _snapshot(self.id, self.status, self.plan.moves, self.states)
+
+    def run(self, on_tick: Callable[[Snapshot], None] | None = None) -> Snapshot:
+        """Run to the end; returns the final snapshot. Throttles are removed however it ends."""
+        try:
+            while True:
+                self._tick()
+                if on_tick is not None:
+                    on_tick(self.snapshot())
+                if self._finished():
+                    break
+                self.sleep(self.options.poll_interval)
+            self._finish()
+        except BaseException as exc:
+            # Whatever went wrong, leave no throttle behind; running moves stay recorded so a
+            # `cancel` or a resumed executor can deal with them.
+            self._safe_clear_throttles()
+            self.status = "failed" if self.status == "running" else self.status
+            try:
+                self._save(force=True, error=f"executor stopped: {exc!r}")
+            except Exception as save_exc:
+                log.error("could not record the failure in the state topic: %s", save_exc)
+            raise
+        return self.snapshot()
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def _active(self) -> list[Move]:
+        return [self.moves[k] for k, s in self.states.items() if s["state"] in ACTIVE and k in self.moves]
+
+    def _pending(self) -> list[Move]:
+        return [m for m in self.order if self.states[m.id]["state"] == PENDING]
+
+    def _finished(self) -> bool:
+        return not self._active() and (self.status == "cancelling" or not self._pending())
+
+    def _tick(self) -> None:
+        if (
+            not self._cancel
+            and self.store is not None
+            and (self.clock() - self._last_cancel_check >= self.options.heartbeat_interval)
+        ):
+            # Another process (CLI, REST) may have asked to cancel through the state topic.
+            self._last_cancel_check = self.clock()
+            self._cancel = self.store.cancel_requested(self.id)
+        reassigning = self.gateway.reassignments()
+        self._check_inter(reassigning)
+        self._check_dirs()
+        if self._cancel and self.status == "running":
+            self._cancel_in_flight()
+            return
+        if self.status == "running":
+            self._start_moves(reassigning)
+        self.throttles.sync(self._active(), self.options.throttle)
+        self._save()
+
+    def _beat_due(self) -> bool:
+        return self.clock() - self._last_beat >= self.options.heartbeat_interval
+
+    def _set(self, move: Move, state: str, **extra: Any) -> None:
+        entry = self.states[move.id]
+        entry["state"] = state
+        entry.update(extra)
+        if state in ACTIVE and "started" not in entry:
+            entry["started"] = time.time()
+        if state in FINAL:
+            entry["finished"] = time.time()
+            self.window.remove(move.id)
+        self._dirty = True
+
+    def _check_inter(self, reassigning: Mapping[tuple[str, int], Any]) -> None:
+        running = [
+            m
+            for m in self._active()
+            if isinstance(m, InterBrokerMove) and self.states[m.id]["state"] == RUNNING and m.key not in reassigning
+        ]
+        if not running:
+            return
+        current = self.gateway.replicas({m.topic for m in running})
+        misplaced: dict[ReplicaKey, str] = {}
+        for m in running:
+            now = current.get(m.key)
+            if now == m.target:
+                if m.target_dirs:
+                    misplaced.update({(m.topic, m.partition, b): d for b, d in m.target_dirs.items()})
+                else:
+                    self._set(m, DONE)
+                continue
+            # The controller has finished (or dropped) the reassignment, but the broker that
+            # answered the metadata request may not have caught up yet: judge only after a grace.
+            entry = self.states[m.id]
+            first = entry.setdefault("unlisted_at", time.time())
+            if time.time() - first < _METADATA_GRACE:
+                continue
+            if now is None:
+                self._set(m, FAILED, error="partition disappeared (topic deleted?)")
+            elif set(now) == set(m.source):
+                self._set(
+                    m,
+                    FAILED,
+                    error=f"reassignment ended with the original replicas {list(now)} (cancelled by another tool?)",
+                )
+            else:
+                self._set(m, FAILED, error=f"replicas are {list(now)}, expected {list(m.target)}")
+        if not misplaced:
+            return
+        dirs = self.gateway.replica_dirs({b for _, _, b in misplaced}, {t for t, _, _ in misplaced})
+        fix: dict[ReplicaKey, str] = {}
+        for m in running:
+            if self.states[m.id]["state"] != RUNNING or not m.target_dirs:
+                continue
+            wrong = {
+                (m.topic, m.partition, b): d
+                for b, d in m.target_dirs.items()
+                if dirs.get((m.topic, m.partition, b), _UNKNOWN).current != d
+            }
+            if wrong:
+                fix.update(wrong)
+                self._set(m, PLACING, placing={f"{b}": d for (_, _, b), d in wrong.items()})
+            else:
+                self._set(m, DONE)
+        if fix:
+            errors = self.gateway.move_dirs(fix)
+            for m in running:
+                bad = [f"{rk[2]}: {e}" for rk, e in errors.items() if e and rk[:2] == m.key]
+                if bad and self.states[m.id]["state"] == PLACING:
+                    # The data is on the right broker; only the disk is off. Report, do not fail.
+                    self._set(m, DONE, warning=f"new replica left on its default dir ({'; '.join(bad)})")
+
+    def _check_dirs(self) -> None:
+        watched = [m for m in self._active() if isinstance(m, IntraBrokerMove) or self.states[m.id]["state"] == PLACING]
+        if not watched:
+            return
+        brokers: set[int] = set()
+        topics: set[str] = set()
+        for m in watched:
+            topics.add(m.topic)
+            if isinstance(m, IntraBrokerMove):
+                brokers.add(m.broker)
+            else:
+                brokers.update(int(b) for b in self.states[m.id].get("placing", {}))
+        dirs = self.gateway.replica_dirs(brokers, topics)
+        for m in watched:
+            if isinstance(m, IntraBrokerMove):
+                targets = {m.broker: m.target_dir}
+            else:
+                targets = {int(b): d for b, d in self.states[m.id].get("placing", {}).items()}
+            done = True
+            for b, d in targets.items():
+                where = dirs.get((m.topic, m.partition, b), _UNKNOWN)
+                if where.current == d and where.future is None:
+                    continue
+                done = False
+                if where.future is None and where.current is not None and where.current != d:
+                    first = self.states[m.id].setdefault("idle_at", time.time())
+                    if time.time() - first >= _METADATA_GRACE:
+                        self._set(
+                            m,
+                            FAILED,
+                            error=f"broker {b} dropped the copy to {d} (another tool changed the replica's dir?)",
+                        )
+                        break
+                if where.future is not None:
+                    self.states[m.id]["copied"] = where.future_size
+            if done:
+                self._set(m, DONE)
+
+    def _start_moves(self, reassigning: Mapping[tuple[str, int], Any]) -> None:
+        if self.options.mode == "batch" and self._active():
+            return
+        busy = {m.key for m in self._active()} | set(reassigning)
+        candidates = self._pending()
+        if not candidates:
+            return
+        admitted = self.window.admit(candidates, busy)
+        if not admitted:
+            return
+        current = self.gateway.replicas({m.topic for m in admitted})
+        intra_brokers = {m.broker for m in admitted if isinstance(m, IntraBrokerMove)}
+        dirs = (
+            self.gateway.replica_dirs(intra_brokers, {m.topic for m in admitted if isinstance(m, IntraBrokerMove)})
+            if intra_brokers
+            else {}
+        )
+        ready: list[Move] = []
+        for m in admitted:
+            if _already_applied(m, current, dirs):
+                # Submitted just before a crash, before its state was saved: nothing to redo.
+                self._set(m, DONE, note="found already applied")
+                continue
+            problem = _stale(m, current, dirs)
+            if problem is not None:
+                self._set(m, SKIPPED, error=problem)
+                continue
+            ready.append(m)
+        if not ready:
+            return
+        # Throttles first, so no byte of a new move is copied unthrottled.
+        self.throttles.sync([*self._active(), *ready], self.options.throttle)
+        inter = [m for m in ready if isinstance(m, InterBrokerMove)]
+        intra = [m for m in ready if isinstance(m, IntraBrokerMove)]
+        preferred = {(m.topic, m.partition, b): d for m in inter for b, d in m.target_dirs.items()}
+        if preferred:
+            for rk, err in self.gateway.move_dirs(preferred).items():
+                if err and err not in _NOT_HOSTED_YET:
+                    log.warning("preferred dir for %s-%s on broker %s not recorded: %s", *rk, err)
+        if inter:
+            errors = self.gateway.reassign({m.key: m.target for m in inter})
+            for m in inter:
+                err = errors.get(m.key)
+                if err:
+                    self._set(m, FAILED, error=f"AlterPartitionReassignments: {err}")
+                else:
+                    self._set(m, RUNNING)
+        if intra:
+            errors_dirs = self.gateway.move_dirs({(m.topic, m.partition, m.broker): m.target_dir for m in intra})
+            for m in intra:
+                err = errors_dirs.get((m.topic, m.partition, m.broker))
+                if err:
+                    self._set(m, FAILED, error=f"AlterReplicaLogDirs: {err}")
+                else:
+                    self._set(m, RUNNING)
+
+    def _cancel_in_flight(self) -> None:
+        self.status = "cancelling"
+        self._dirty = True
+        self._save(force=True)
+        cancel_moves(self.gateway, self._active(), self.states)
+        for m in self._active():
+            self._set(m, CANCELLED)
+        for m in self._pending():
+            self._set(m, CANCELLED, error="not started")
+
+    def _finish(self) -> None:
+        self.throttles.clear()
+        if self.status == "cancelling":
+            self.status = "cancelled"
+        else:
+            failed = any(s["state"] == FAILED for s in self.states.values())
+            self.status = "failed" if failed else "done"
+            if self.options.elect_leaders:
+                self._elect()
+        self._save(force=True)
+
+    def _elect(self) -> None:
+        moved = [m for m in self.plan.moves if isinstance(m, InterBrokerMove) and self.states[m.id]["state"] == DONE]
+        if not moved:
+            return
+        leaders = self.gateway.leaders({m.topic for m in moved})
+        want = [m.key for m in moved if leaders.get(m.key) != m.target[0]]
+        try:
+            self.gateway.elect_preferred(want)
+        except Exception as exc:  # leadership is a nicety; the data moves are what matter
+            log.warning("preferred leader election failed: %s", exc)
+
+    def _safe_clear_throttles(self) -> None:
+        try:
+            self.throttles.clear()
+        except Exception as exc:
+            log.error("could not remove throttles (they are in the state topic; `cancel` retries): %s", exc)
+
+    def _save(self, *, force: bool = False, error: str | None = None) -> None:
+        if self.store is None:
+            return
+        if not (force or self._dirty or self._beat_due()):
+            return
+        progress = {
+            "status": self.status,
+            "moves": self.states,
+            "throttles": self.throttles.ledger.to_dict(),
+            "heartbeat": time.time(),
+            "owner": f"{socket.gethostname()}:{os.getpid()}",
+            "started": self._started_at,
+        }
+        if error:
+            progress["error"] = error
+        try:
+            self.store.save_progress(self.id, progress)
+        except BalanceError as exc:
+            if force:
+                raise
+            log.warning("progress not saved this tick: %s", exc)
+            return
+        self._dirty = False
+        self._last_beat = self.clock()
+
+
+class _Unknown:
+    current: str | None = None
+    future: str | None = None
+    future_size = 0
+
+
+_UNKNOWN: Any = _Unknown()
+
+
+def _already_applied(
+    move: Move, current: Mapping[tuple[str, int], tuple[int, ...]], dirs: Mapping[ReplicaKey, Any]
+) -> bool:
+    if isinstance(move, InterBrokerMove):
+        return current.get(move.key) == move.target and move.target != move.source
+    where = dirs.get((move.topic, move.partition, move.broker), _UNKNOWN)
+    return bool(where.current == move.target_dir and where.future is None)
+
+
+def _stale(
+    move: Move, current: Mapping[tuple[str, int], tuple[int, ...]], dirs: Mapping[ReplicaKey, Any]
+) -> str | None:
+    """Why `move` cannot start on the cluster as it is now, or None if it can."""
+    now = current.get(move.key)
+    name = f"{move.topic}-{move.partition}"
+    if now is None:
+        return f"partition {name} no longer exists"
+    if isinstance(move, InterBrokerMove):
+        if now != move.source:
+            return f"partition {name} has replicas {list(now)}, the plan expected {list(move.source)}"
+        return None
+    where = dirs.get((move.topic, move.partition, move.broker), _UNKNOWN)
+    if move.broker not in now or where.current != move.source_dir:
+        return f"partition {name} on broker {move.broker} is not in {move.source_dir} any more"
+    if where.future is not None:
+        return f"partition {name} on broker {move.broker} is already being moved to {where.future} by another tool"
+    return None
+
+
+def cancel_moves(
+    gateway: Gateway,
+    moves: Iterable[Move],
+    states: Mapping[str, Mapping[str, Any]],
+    *,
+    timeout: float = 60.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Cancel moves in flight and wait until Kafka has let go of them.
+
+    Inter-broker: KIP-455 cancel (replicas None) restores the original replica set and drops the
+    partial copies. Intra-broker: sending the replica back to the dir it is in drops the future
+    replica. Either way nothing is left copying when this returns.
+    """
+    moves = list(moves)
+    inter = [m for m in moves if isinstance(m, InterBrokerMove) and states.get(m.id, {}).get("state") == RUNNING]
+    if inter:
+        for key, err in gateway.reassign({m.key: None for m in inter}).items():
+            if err and err != "NoReassignmentInProgressError":
+                log.warning("cancelling reassignment of %s-%s: %s", key[0], key[1], err)
+    watch: dict[ReplicaKey, None] = {}
+    for m in moves:
+        if isinstance(m, IntraBrokerMove):
+            watch[(m.topic, m.partition, m.broker)] = None
+        else:
+            for b in states.get(m.id, {}).get("placing", {}):
+                watch[(m.topic, m.partition, int(b))] = None
+    deadline = time.monotonic() + timeout
+    while True:
+        pending_inter = set(gateway.reassignments()) & {m.key for m in inter}
+        futures: dict[ReplicaKey, str] = {}
+        if watch:
+            dirs = gateway.replica_dirs({b for _, _, b in watch}, {t for t, _, _ in watch})
+            futures = {
+                rk: str(dirs[rk].current)
+                for rk in watch
+                if rk in dirs and dirs[rk].future is not None and dirs[rk].current is not None
+            }
+            if futures:
+                gateway.move_dirs(futures)
+        if not pending_inter and not futures:
+            return
+        if time.monotonic() > deadline:
+            raise BalanceError(
+                f"cancel did not settle within {timeout:.0f}s: reassignments {sorted(pending_inter)}, "
+                f"future replicas {sorted(futures)}"
+            )
+        sleep(0.5)
+
+
+# ---- entry points for the CLI and the REST layer ---------------------------------------------
+
+
+def new_execution_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def start(gateway: Gateway, store: StateStore, plan: Plan, options: Options) -> Executor:
+    """Validate `plan` against the cluster now, record it, and return an executor ready to `run`.
+
+    Refuses if another execution on this cluster is still running (or died without finishing: it
+    must be resumed or cancelled first).
+    """
+    current = store.current()
+    if current is not None and not current.finished():
+        state = "running" if current.alive() else "unfinished (its executor is gone)"
+        raise ExecutionConflict(
+            f"execution {current.id} is {state} on this cluster; use `status`, `cancel`, or `execute --resume`"
+        )
+    model = gateway.load_model()
+    validate(plan, model)
+    execution_id = new_execution_id()
+    store.start(execution_id, plan.to_dict(), options.to_dict())
+    return Executor(gateway, store, execution_id, plan, options)
+
+
+def resume(gateway: Gateway, store: StateStore, execution_id: str | None = None) -> Executor:
+    """An executor that carries on an unfinished execution from its recorded progress."""
+    execution = store.load(execution_id) if execution_id else store.current()
+    if execution is None:
+        raise BalanceError("no execution to resume on this cluster")
+    if execution.finished():
+        raise BalanceError(f"execution {execution.id} already ended ({execution.status})")
+    if execution.alive() and execution.progress.get("owner") != f"{socket.gethostname()}:{os.getpid()}":
+        raise ExecutionConflict(f"execution {execution.id} is still running ({execution.progress.get('owner')})")
+    try:
+        plan = Plan.from_dict(execution.plan)
+    except PlanError as exc:
+        raise BalanceError(f"stored plan of execution {execution.id} is unreadable: {exc}") from exc
+    executor = Executor(
+        gateway, store, execution.id, plan, Options.from_dict(execution.options), progress=execution.progress
+    )
+    if execution.cancel_requested:
+        executor.request_cancel()
+    return executor
+
+
+def cancel(gateway: Gateway, store: StateStore, *, wait: float = 60.0, by: str = "cli") -> Execution | None:
+    """Cancel the current execution, from any process.
+
+    A live executor is asked through the state topic and does the work itself; if none answers
+    (its process died), this call cancels the moves in flight, removes the recorded throttles,
+    and marks the execution cancelled.
+    """
+    execution = store.current()
+    if execution is None or execution.finished():
+        return execution
+    store.request_cancel(execution.id, by)
+    deadline = time.monotonic() + wait
+    while execution is not None and execution.alive() and time.monotonic() < deadline:
+        time.sleep(0.5)
+        execution = store.load(execution.id)
+        if execution is not None and execution.finished():
+            return execution
+    if execution is None:
+        return None
+    plan = Plan.from_dict(execution.plan)
+    states = {k: dict(v) for k, v in dict(execution.progress.get("moves") or {}).items()}
+    active = [m for m in plan.moves if states.get(m.id, {}).get("state") in ACTIVE]
+    # A move submitted just before the executor died may still read "pending": claim it when
+    # Kafka shows exactly our reassignment on that partition.
+    reassigning = gateway.reassignments()
+    for m in plan.moves:
+        entry = states.get(m.id, {})
+        if (
+            isinstance(m, InterBrokerMove)
+            and entry.get("state", PENDING) == PENDING
+            and m.key in reassigning
+            and set(reassigning[m.key].adding) == set(m.adding)
+        ):
+            states[m.id] = {**entry, "state": RUNNING}
+            active.append(m)
+    cancel_moves(gateway, active, states)
+    Throttles(gateway, Ledger.from_dict(execution.progress.get("throttles"))).clear()
+    for m in plan.moves:
+        entry = states.setdefault(m.id, {"state": PENDING})
+        if entry["state"] in ACTIVE or entry["state"] == PENDING:
+            entry["state"] = CANCELLED
+            entry["finished"] = time.time()
+    progress = dict(execution.progress)
+    progress.update(
+        status="cancelled", moves=states, throttles=Ledger().to_dict(), heartbeat=time.time(), cancelled_by=by
+    )
+    store.save_progress(execution.id, progress)
+    return store.load(execution.id)

@@ -1,0 +1,478 @@
+"""The planning engine: moves replicas on a working copy of the model until the goals hold.
+
+Phases run in order of how hard their rule is: drain (replicas on brokers being emptied must
+go), racks (a partition with two replicas under one rack switch is fixed before anything else),
+disks (spread usage over every disk of every broker, inter- and intra-broker moves chosen from
+the same candidates), leaders (reorder replica lists; no data moves). Every phase checks the
+same three hard rules for each step: no rack violation is created, no disk goes past the
+capacity limit, and a broker never holds two replicas of one partition.
+
+Scale: disks live in two heaps (fullest / emptiest) with lazy invalidation, and each disk keeps
+its replicas in a sorted list of packed (size, partition) integers, so one step costs about
+O(log disks + a bounded scan) instead of a scan of the cluster.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from strait.balancer.goals import Goals
+from strait.balancer.model import ClusterModel, Partition, PartitionKey, max_per_rack
+
+# How many replicas of one source disk are examined for one destination before giving up on it;
+# a bound that keeps one step cheap on disks holding thousands of replicas. Destinations in
+# another rack get an eighth of it: there the rack rule rejects most replicas.
+_SCAN_LIMIT = 64
+
+
+@dataclass
+class Outcome:
+    """The changed placements plus what could not be achieved."""
+
+    partitions: dict[PartitionKey, Partition]
+    warnings: list[str] = field(default_factory=list)
+
+
+class Workspace:
+    """Mutable, integer-indexed placement state for one planning run."""
+
+    def __init__(self, model: ClusterModel, goals: Goals, excluded: Collection[int] = ()) -> None:
+        self.model = model
+        self.goals = goals
+        self.excluded = frozenset(excluded)
+        racks = sorted(model.racks(), key=lambda r: (r is None, r or ""))
+        rack_index = {r: i for i, r in enumerate(racks)}
+        self.rack_count = len(racks)
+        self.broker_rack = {b.id: rack_index[b.rack] for b in model.brokers.values()}
+        # Lists indexed by broker id: the rule checks run millions of times on big clusters.
+        self.rack_by_id = [0] * (max(model.brokers, default=0) + 1)
+        for b, r in self.broker_rack.items():
+            self.rack_by_id[b] = r
+
+        self.disk_broker: list[int] = []
+        self.disk_path: list[str] = []
+        self.disk_cap: list[int] = []
+        self.disk_used: list[int] = []
+        self.disk_limit: list[int] = []
+        self.broker_disks: dict[int, list[int]] = {b: [] for b in model.brokers}
+        disk_index: dict[tuple[int, str], int] = {}
+        for d in model.all_dirs():
+            i = len(self.disk_broker)
+            disk_index[(d.broker, d.path)] = i
+            self.disk_broker.append(d.broker)
+            self.disk_path.append(d.path)
+            self.disk_cap.append(d.capacity)
+            self.disk_used.append(d.used)
+            self.disk_limit.append(int(d.capacity * goals.capacity_limit))
+            self.broker_disks[d.broker].append(i)
+        self.disk_version = [0] * len(self.disk_broker)
+        self.disk_ok = [
+            cap > 0 and b not in self.excluded for b, cap in zip(self.disk_broker, self.disk_cap, strict=True)
+        ]
+        self.disk_rack = [self.rack_by_id[b] for b in self.disk_broker]
+
+        self.keys: list[PartitionKey] = list(model.partitions)
+        self.n = max(len(self.keys), 1)
+        self.size: list[int] = []
+        self.replicas: list[list[int]] = []
+        self.disks: list[list[int]] = []
+        items: list[list[int]] = [[] for _ in self.disk_broker]
+        n = self.n
+        for pidx, p in enumerate(model.partitions.values()):
+            self.size.append(p.size)
+            self.replicas.append(list(p.replicas))
+            placed = []
+            for b, path in zip(p.replicas, p.dirs, strict=True):
+                di = disk_index.get((b, path))
+                if di is None:
+                    # A replica on a dir the model does not know (offline dir, unknown broker)
+                    # cannot be planned around; -1 keeps it in place and out of every index.
+                    placed.append(-1)
+                    continue
+                placed.append(di)
+                items[di].append(p.size * n + pidx)
+            self.disks.append(placed)
+        for lst in items:
+            lst.sort()
+        self.items = items
+        self.touched: set[int] = set()
+
+    # ---- measures -------------------------------------------------------------------------
+
+    def ratio(self, d: int) -> float:
+        cap = self.disk_cap[d]
+        return self.disk_used[d] / cap if cap > 0 else 1.0
+
+    def usable(self, d: int) -> bool:
+        return self.disk_ok[d]
+
+    def mean(self) -> float:
+        cap = used = 0
+        for d in range(len(self.disk_broker)):
+            used += self.disk_used[d]
+            if self.usable(d):
+                cap += self.disk_cap[d]
+        return used / cap if cap else 0.0
+
+    # ---- rules ----------------------------------------------------------------------------
+
+    def can_host(self, pidx: int, from_broker: int, to_disk: int) -> bool:
+        """Whether the replica of `pidx` on `from_broker` may move to `to_disk` (all hard rules)."""
+        if not self.disk_ok[to_disk] or self.disk_used[to_disk] + self.size[pidx] > self.disk_limit[to_disk]:
+            return False
+        to_broker = self.disk_broker[to_disk]
+        if to_broker == from_broker:
+            return True
+        reps = self.replicas[pidx]
+        if to_broker in reps:
+            return False
+        rack = self.disk_rack[to_disk]
+        racks = self.rack_by_id
+        same = 1
+        for b in reps:
+            if b != from_broker and racks[b] == rack:
+                same += 1
+        return same <= -(-len(reps) // self.rack_count)
+
+    def move(self, pidx: int, from_broker: int, to_disk: int) -> None:
+        reps = self.replicas[pidx]
+        slot = reps.index(from_broker)
+        from_disk = self.disks[pidx][slot]
+        size = self.size[pidx]
+        packed = size * self.n + pidx
+        if from_disk >= 0:
+            lst = self.items[from_disk]
+            i = bisect_right(lst, packed) - 1
+            del lst[i]
+            self.disk_used[from_disk] -= size
+            self.disk_version[from_disk] += 1
+        lst = self.items[to_disk]
+        lst.insert(bisect_right(lst, packed), packed)
+        self.disk_used[to_disk] += size
+        self.disk_version[to_disk] += 1
+        reps[slot] = self.disk_broker[to_disk]
+        self.disks[pidx][slot] = to_disk
+        self.touched.add(pidx)
+
+    # ---- result ---------------------------------------------------------------------------
+
+    def outcome(self, warnings: list[str]) -> Outcome:
+        parts: dict[PartitionKey, Partition] = {}
+        for pidx in sorted(self.touched):
+            old = self.model.partitions[self.keys[pidx]]
+            reps = tuple(self.replicas[pidx])
+            dirs = tuple(
+                self.disk_path[d] if d >= 0 else old.dirs[old.replicas.index(b)]
+                for b, d in zip(reps, self.disks[pidx], strict=True)
+            )
+            leader = old.leader if old.leader in reps else reps[0]
+            parts[old.key] = Partition(old.topic, old.partition, reps, dirs, old.size, leader)
+        return Outcome(parts, warnings)
+
+
+class _DiskHeap:
+    """Disks ordered by usage ratio (ascending, or descending with `fullest`), lazily refreshed."""
+
+    def __init__(self, ws: Workspace, disks: list[int], *, fullest: bool) -> None:
+        self.ws = ws
+        self.sign = -1.0 if fullest else 1.0
+        self.members = set(disks)
+        self.heap = [(self.sign * ws.ratio(d), d, ws.disk_version[d]) for d in disks]
+        heapq.heapify(self.heap)
+
+    def push(self, d: int) -> None:
+        if d in self.members:
+            heapq.heappush(self.heap, (self.sign * self.ws.ratio(d), d, self.ws.disk_version[d]))
+
+    def _clean(self) -> None:
+        heap, versions = self.heap, self.ws.disk_version
+        while heap and (heap[0][1] not in self.members or heap[0][2] != versions[heap[0][1]]):
+            heapq.heappop(heap)
+
+    def peek(self) -> int | None:
+        self._clean()
+        return self.heap[0][1] if self.heap else None
+
+    def drop(self, d: int) -> None:
+        """Stop offering `d` (until `readmit`)."""
+        self.members.discard(d)
+
+    def readmit(self, d: int) -> None:
+        self.members.add(d)
+        self.push(d)
+
+    def take(self, k: int) -> list[int]:
+        """Up to k current disks in heap order; they stay in the heap."""
+        out: list[int] = []
+        popped = []
+        while len(out) < k:
+            self._clean()
+            if not self.heap:
+                break
+            entry = heapq.heappop(self.heap)
+            popped.append(entry)
+            out.append(entry[1])
+        for entry in popped:
+            heapq.heappush(self.heap, entry)
+        return out
+
+    def ordered(self) -> list[int]:
+        """All current disks in heap order (a full sort; for rare, exhaustive searches)."""
+        return sorted(self.members, key=lambda d: (self.sign * self.ws.ratio(d), d))
+
+
+def _place(ws: Workspace, emptiest: _DiskHeap, pidx: int, from_broker: int) -> int | None:
+    """The emptiest disk on another broker that may take the replica of `pidx` now on `from_broker`."""
+    for d in emptiest.take(ws.goals.max_candidates):
+        if ws.disk_broker[d] != from_broker and ws.can_host(pidx, from_broker, d):
+            return d
+    for d in emptiest.ordered():
+        if ws.disk_broker[d] != from_broker and ws.can_host(pidx, from_broker, d):
+            return d
+    return None
+
+
+def drain(ws: Workspace, warnings: list[str]) -> None:
+    """Move every replica off the excluded brokers, biggest first, each to the emptiest disk allowed."""
+    emptiest = _DiskHeap(ws, [d for d in range(len(ws.disk_broker)) if ws.usable(d)], fullest=False)
+    work = [(-ws.size[pidx], pidx, b) for pidx, reps in enumerate(ws.replicas) for b in reps if b in ws.excluded]
+    work.sort()
+    for _, pidx, b in work:
+        target = _place(ws, emptiest, pidx, b)
+        if target is None:
+            warnings.append(
+                f"cannot move {_name(ws, pidx)} off broker {b}: no disk fits it without breaking "
+                "the rack rule or the capacity limit"
+            )
+            continue
+        ws.move(pidx, b, target)
+        emptiest.push(target)
+
+
+def fix_racks(ws: Workspace, warnings: list[str]) -> None:
+    """Move replicas out of racks that hold too many replicas of one partition."""
+    emptiest = _DiskHeap(ws, [d for d in range(len(ws.disk_broker)) if ws.usable(d)], fullest=False)
+    for pidx, reps in enumerate(ws.replicas):
+        limit = max_per_rack(len(reps), ws.rack_count)
+        while True:
+            counts: dict[int, int] = {}
+            for b in reps:
+                r = ws.broker_rack.get(b, 0)
+                counts[r] = counts.get(r, 0) + 1
+            crowded = sorted(r for r, c in counts.items() if c > limit)
+            if not crowded:
+                break
+            # Move the crowded rack's replica on the fullest disk: it helps the disk goal too.
+            movers = sorted(
+                (b for b in reps if ws.broker_rack.get(b, 0) == crowded[0]),
+                key=lambda b: (
+                    -ws.ratio(ws.disks[pidx][reps.index(b)]) if ws.disks[pidx][reps.index(b)] >= 0 else 0.0,
+                    b,
+                ),
+            )
+            moved = False
+            for b in movers:
+                target = _place(ws, emptiest, pidx, b)
+                if target is not None:
+                    ws.move(pidx, b, target)
+                    emptiest.push(target)
+                    moved = True
+                    break
+            if not moved:
+                warnings.append(
+                    f"rack rule broken for {_name(ws, pidx)} and cannot be fixed: no broker in another "
+                    "rack has room for it"
+                )
+                break
+
+
+def spread_disks(ws: Workspace, warnings: list[str], *, destinations: Collection[int] | None = None) -> None:
+    """Move replicas from the fullest disks to the emptiest until the spread is within threshold.
+
+    `destinations` limits which brokers may receive data (used to fill new brokers only).
+    """
+    goals = ws.goals
+    usable = [d for d in range(len(ws.disk_broker)) if ws.usable(d)]
+    if destinations is None:
+        sinks = usable
+        sources = usable
+    else:
+        allowed = set(destinations)
+        sinks = [d for d in usable if ws.disk_broker[d] in allowed]
+        sources = [d for d in usable if ws.disk_broker[d] not in allowed]
+    if not sinks or not sources:
+        return
+    fullest = _DiskHeap(ws, sources, fullest=True)
+    emptiest = _DiskHeap(ws, sinks, fullest=False)
+    # With as many racks as replicas, inter-rack moves are mostly forbidden; the emptiest disks
+    # of the source's own rack are always offered too, so a step does not search in vain.
+    by_rack: dict[int, list[int]] = {}
+    for d in sinks:
+        by_rack.setdefault(ws.broker_rack.get(ws.disk_broker[d], 0), []).append(d)
+    rack_emptiest = {r: _DiskHeap(ws, ds, fullest=False) for r, ds in by_rack.items()}
+    heaps = [fullest, emptiest, *rack_emptiest.values()]
+    mean = ws.mean()
+    budget = 4 * sum(len(r) for r in ws.replicas) + 1000
+    # Filling stops once the new brokers hold a fair share; it does not rebalance the others.
+    floor = mean - goals.threshold / 2 if destinations is not None else None
+    while budget > 0:
+        budget -= 1
+        s = fullest.peek()
+        e = emptiest.peek()
+        if s is None or e is None:
+            break
+        if ws.ratio(e) >= floor if floor is not None else ws.ratio(s) - ws.ratio(e) <= goals.threshold:
+            break
+        local = rack_emptiest.get(ws.broker_rack.get(ws.disk_broker[s], 0))
+        step = _best_step(ws, s, emptiest, local, mean)
+        if step is None:
+            fullest.drop(s)
+            continue
+        pidx, target = step
+        ws.move(pidx, ws.disk_broker[s], target)
+        for h in heaps:
+            h.push(s)
+            h.push(target)
+    if floor is not None:
+        low = min(sinks, key=lambda d: (ws.ratio(d), d))
+        if ws.ratio(low) < floor - 1e-9:
+            warnings.append(
+                f"broker {ws.disk_broker[low]} dir {ws.disk_path[low]} stays at {ws.ratio(low):.3f} usage, "
+                f"below the fair share {mean:.3f}: no more replicas can move there without breaking "
+                "the rack rule or the capacity limit"
+            )
+        return
+    ratios = [ws.ratio(d) for d in sinks] + [ws.ratio(d) for d in sources]
+    if ratios and max(ratios) - min(ratios) > goals.threshold + 1e-9:
+        worst = max(sources, key=lambda d: (ws.ratio(d), -d))
+        warnings.append(
+            f"disk spread {max(ratios) - min(ratios):.3f} is above the threshold {goals.threshold:.3f}: "
+            f"broker {ws.disk_broker[worst]} dir {ws.disk_path[worst]} cannot shed more without breaking "
+            "the rack rule or the capacity limit, or its replicas are too large to move usefully"
+        )
+
+
+def _best_step(
+    ws: Workspace, s: int, emptiest: _DiskHeap, local: _DiskHeap | None, mean: float
+) -> tuple[int, int] | None:
+    """A replica on disk `s` and the disk it should go to, or None if nothing helps.
+
+    Disks of the source's own rack that are below the mean are tried first: there the rack rule
+    rarely says no. Then the emptiest disks anywhere, with a shorter search each, because when
+    partitions span every rack a move to another rack is mostly forbidden.
+    """
+    rs = ws.ratio(s)
+    k = ws.goals.max_candidates
+    rack = ws.disk_rack[s]
+    near = [d for d in local.take(k // 3 + 1) if d != s and ws.ratio(d) < mean] if local is not None else []
+    tried = set(near)
+    far = [d for d in emptiest.take(k) if d != s and d not in tried]
+    for group, limit in ((near, _SCAN_LIMIT), (far, _SCAN_LIMIT // 8)):
+        for d in group:
+            if ws.ratio(d) >= rs:
+                break
+            pidx = _pick_replica(ws, s, d, mean, _SCAN_LIMIT if ws.disk_rack[d] == rack else limit)
+            if pidx is not None:
+                return pidx, d
+    return None
+
+
+def _pick_replica(ws: Workspace, s: int, d: int, mean: float, scan_limit: int) -> int | None:
+    """The largest replica on `s` that moves no more than both disks need; failing that, the
+    smallest larger one that still lowers the fullest of the two below where `s` is now."""
+    cap_s, cap_d = ws.disk_cap[s], ws.disk_cap[d]
+    used_s, used_d = ws.disk_used[s], ws.disk_used[d]
+    room = ws.disk_limit[d] - used_d
+    if room <= 0:
+        return None
+    excess = used_s - mean * cap_s
+    deficit = mean * cap_d - used_d
+    ideal = int(min(excess, deficit, room))
+    items = ws.items[s]
+    n = ws.n
+    broker = ws.disk_broker[s]
+    pos = bisect_right(items, ideal * n + n - 1) if ideal > 0 else 0
+    for i in range(pos - 1, max(pos - 1 - scan_limit, -1), -1):
+        size, pidx = divmod(items[i], n)
+        if size == 0:
+            break
+        if ws.can_host(pidx, broker, d):
+            return pidx
+    rs, rd = used_s / cap_s, used_d / cap_d
+    for packed in items[pos : pos + scan_limit]:
+        size, pidx = divmod(packed, n)
+        if size == 0:
+            continue
+        # Sizes only grow from here, so the first size that stops helping ends the search.
+        if size > room or (used_d + size) / cap_d >= rs or size * (1 / cap_s + 1 / cap_d) >= 2 * (rs - rd):
+            break
+        if ws.can_host(pidx, broker, d):
+            return pidx
+    return None
+
+
+def balance_leaders(ws: Workspace) -> None:
+    """Even out preferred leaders over brokers by reordering replica lists (no data moves)."""
+    brokers = [b for b in ws.model.brokers if b not in ws.excluded]
+    if len(brokers) < 2:
+        return
+    led: dict[int, list[int]] = {b: [] for b in ws.model.brokers}
+    for pidx, reps in enumerate(ws.replicas):
+        if len(reps) > 1:
+            led.setdefault(reps[0], []).append(pidx)
+    count = {b: len(v) for b, v in led.items()}
+    most = [(-count[b], b) for b in brokers]
+    least = [(count[b], b) for b in brokers]
+    heapq.heapify(most)
+    heapq.heapify(least)
+
+    def top(heap: list[tuple[int, int]], sign: int) -> int | None:
+        # Entries go stale when a count changes; the current one was pushed at that time.
+        while heap and sign * heap[0][0] != count[heap[0][1]]:
+            heapq.heappop(heap)
+        return heap[0][1] if heap else None
+
+    while True:
+        b_max, b_min = top(most, -1), top(least, 1)
+        if b_max is None or b_min is None or count[b_max] - count[b_min] <= 1:
+            break
+        candidates = led[b_max]
+        for i in range(len(candidates) - 1, -1, -1):
+            pidx = candidates[i]
+            followers = [x for x in ws.replicas[pidx][1:] if x not in ws.excluded]
+            if not followers:
+                continue
+            best = min(followers, key=lambda x: (count[x], x))
+            if count[best] < count[b_max] - 1:
+                _lead_with(ws, pidx, best, led, count)
+                for b in (b_max, best):
+                    heapq.heappush(most, (-count[b], b))
+                    heapq.heappush(least, (count[b], b))
+                break
+        else:
+            # No partition led here has a follower with fewer leaders: this broker is done.
+            heapq.heappop(most)
+
+
+def _lead_with(ws: Workspace, pidx: int, new: int, led: dict[int, list[int]], count: dict[int, int]) -> None:
+    reps = ws.replicas[pidx]
+    old = reps[0]
+    if new == old:
+        return
+    j = reps.index(new)
+    reps[0], reps[j] = reps[j], reps[0]
+    disks = ws.disks[pidx]
+    disks[0], disks[j] = disks[j], disks[0]
+    led[old].remove(pidx)
+    led.setdefault(new, []).append(pidx)
+    count[old] -= 1
+    count[new] = count.get(new, 0) + 1
+    ws.touched.add(pidx)
+
+
+def _name(ws: Workspace, pidx: int) -> str:
+    topic, partition = ws.keys[pidx]
+    return f"{topic}-{partition}"

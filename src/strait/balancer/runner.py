@@ -1,0 +1,38 @@
+"""The background executor started by `strait balance execute --detach` (and `--resume --detach`).
+
+It takes nothing but the execution id and the cluster properties (from the environment, so
+secrets do not show in `ps`); the plan and progress come from the cluster's state topic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+
+from strait.balancer import executor
+from strait.balancer.gateway import KafkaGateway
+from strait.balancer.state import StateStore
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="strait-balance-runner", description=__doc__)
+    parser.add_argument("--execution", required=True, help="Execution id recorded in the state topic.")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+    props = json.loads(os.environ["STRAIT_BALANCE_PROPS"])
+    gateway = KafkaGateway(props)
+    try:
+        final = executor.resume(gateway, StateStore(props), args.execution).run()
+    finally:
+        gateway.close()
+    logging.info(
+        "execution %s ended: %s (%d done, %d failed)", final.execution_id, final.status, final.done, final.failed
+    )
+    return 1 if final.failed or final.status == "failed" else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,116 @@
+"""The balancer as a few calls, for the controller's REST layer (and anything else embedding it).
+
+    GET    /balance/{cluster}/plan                  -> make_plan(props, ...).to_dict()
+    POST   /balance/{cluster}/executions            -> submit(props, plan, options)
+    GET    /balance/{cluster}/executions/current    -> current(props)
+    DELETE /balance/{cluster}/executions/current    -> cancel(props)
+
+Executions run in their own background process (`strait.balancer.runner`), so a web server
+restart does not stop them, and their state lives in the cluster, so any controller can answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+from strait.balancer import executor, operations
+from strait.balancer.gateway import KafkaGateway
+from strait.balancer.goals import Goals
+from strait.balancer.plan import Plan
+from strait.balancer.state import StateStore
+
+OPERATIONS = ("rebalance", "drain", "fill", "fix-racks", "leaders")
+
+
+def make_plan(
+    props: Mapping[str, Any],
+    operation: str = "rebalance",
+    *,
+    brokers: Collection[int] = (),
+    goals: Goals | None = None,
+    capacities: Mapping[str, int] | None = None,
+) -> Plan:
+    """Load the cluster and plan `operation` (dry run: nothing changes)."""
+    if operation not in OPERATIONS:
+        raise ValueError(f"unknown operation {operation!r} (one of {', '.join(OPERATIONS)})")
+    if operation in ("drain", "fill") and not brokers:
+        raise ValueError(f"{operation} needs the broker ids to {operation}")
+    gateway = KafkaGateway(props, capacities)
+    try:
+        model = gateway.load_model()
+    finally:
+        gateway.close()
+    goals = goals or Goals()
+    if operation == "drain":
+        return operations.drain(model, brokers, goals)
+    if operation == "fill":
+        return operations.fill(model, brokers, goals)
+    if operation == "fix-racks":
+        return operations.fix_racks(model, goals)
+    if operation == "leaders":
+        return operations.leaders(model, goals)
+    return operations.rebalance(model, goals)
+
+
+def submit(props: Mapping[str, Any], plan: Plan, options: executor.Options | None = None) -> str:
+    """Validate and record `plan`, start it in a background process, return the execution id.
+
+    Raises `ExecutionConflict` if an execution is already running or unfinished, and
+    `PlanError`/`StalePlanError` (naming the partition) if the plan does not fit the cluster.
+    """
+    gateway = KafkaGateway(props)
+    try:
+        run = executor.start(gateway, StateStore(props), plan, options or executor.Options())
+    finally:
+        gateway.close()
+    spawn_runner(props, run.id)
+    return run.id
+
+
+def current(props: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The latest execution's progress and whether its executor is alive; None if there is none."""
+    execution = StateStore(props).current()
+    if execution is None:
+        return None
+    data = executor.snapshot_of(execution).to_dict()
+    data.update(
+        alive=execution.alive(),
+        heartbeat_age=round(time.time() - execution.heartbeat, 1),
+        owner=execution.progress.get("owner"),
+        cancel_requested=execution.cancel_requested,
+    )
+    return data
+
+
+def cancel(props: Mapping[str, Any], *, wait: float = 60.0) -> dict[str, Any] | None:
+    """Cancel the current execution (see `executor.cancel`); returns its final progress."""
+    gateway = KafkaGateway(props)
+    try:
+        execution = executor.cancel(gateway, StateStore(props), wait=wait, by="api")
+    finally:
+        gateway.close()
+    return None if execution is None else executor.snapshot_of(execution).to_dict()
+
+
+def spawn_runner(props: Mapping[str, Any], execution_id: str) -> int:
+    """Start `strait.balancer.runner` for `execution_id` in its own session; returns its pid."""
+    log_file = Path(tempfile.gettempdir()) / f"strait-balance-{execution_id}.log"
+    with log_file.open("ab") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "strait.balancer.runner", "--execution", execution_id],
+            # Cluster properties may hold credentials: the environment keeps them out of `ps`.
+            env={**os.environ, "STRAIT_BALANCE_PROPS": json.dumps(dict(props))},
+            stdout=sink,
+            stderr=sink,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return proc.pid

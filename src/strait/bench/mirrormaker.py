@@ -1,0 +1,226 @@
+"""MirrorMaker 2 in dedicated mode, configured to do what Strait does and nothing more.
+
+One or more ``org.apache.kafka.connect.mirror.MirrorMaker`` JVMs (nodes) share an
+``mm2.properties`` rendered here: one flow ``src->dst`` with the identity replication policy
+(destination topics keep their names, as with Strait), ``tasks.max`` matched to Strait's
+worker count, and the heartbeat, checkpoint, offset-sync and config/ACL sync machinery off,
+because Strait does none of it and it would only cost MirrorMaker CPU. Each run gets its own
+Connect group and internal topics, so no run resumes from another's offsets.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from strait.sandbox import artifacts, kafka, ports, process
+
+MAIN_CLASS = "org.apache.kafka.connect.mirror.MirrorMaker"
+IDENTITY_POLICY = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
+
+
+def render_properties(
+    *,
+    src_bootstrap: str,
+    dst_bootstrap: str,
+    topics_pattern: str,
+    tasks: int,
+    run_id: str,
+    compression: str = "none",
+    refresh_topics_s: int = 5,
+    rebalance_delay_ms: int = 10_000,
+    rest_port: int | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> str:
+    """The ``mm2.properties`` of one dedicated-mode node."""
+    props: dict[str, str] = {
+        "clusters": "src, dst",
+        "src.bootstrap.servers": src_bootstrap,
+        "dst.bootstrap.servers": dst_bootstrap,
+        "src->dst.enabled": "true",
+        "dst->src.enabled": "false",
+        "src->dst.topics": topics_pattern,
+        "replication.policy.class": IDENTITY_POLICY,
+        "tasks.max": str(tasks),
+        # Single-broker sandbox clusters: every topic MirrorMaker creates has one replica.
+        "replication.factor": "1",
+        "checkpoints.topic.replication.factor": "1",
+        "heartbeats.topic.replication.factor": "1",
+        "offset.storage.replication.factor": "1",
+        "config.storage.replication.factor": "1",
+        "status.storage.replication.factor": "1",
+        # Strait copies records only; MirrorMaker's extras would be work Strait does not do.
+        # (No offset-syncs.* key may be set once offset syncs are off: the connector refuses it.
+        # The checkpoint connector then logs that it cannot run, which is the intent.)
+        "emit.heartbeats.enabled": "false",
+        "emit.checkpoints.enabled": "false",
+        "emit.offset-syncs.enabled": "false",
+        "sync.group.offsets.enabled": "false",
+        "sync.topic.configs.enabled": "false",
+        "sync.topic.acls.enabled": "false",
+        "refresh.groups.enabled": "false",
+        # New source topics must be found within seconds in the add-topics scenario.
+        "refresh.topics.interval.seconds": str(refresh_topics_s),
+        # A fresh Connect group and internal topics per run: nothing resumes from another run.
+        "dst.group.id": f"mm2-{run_id}",
+        "offset.storage.topic": f"mm2-offsets.{run_id}.internal",
+        "config.storage.topic": f"mm2-configs.{run_id}.internal",
+        "status.storage.topic": f"mm2-status.{run_id}.internal",
+        # Connect waits this long for a departed node before moving its tasks (default 5 min);
+        # set near Strait's ZooKeeper session timeout so the failure scenario compares detection.
+        "scheduled.rebalance.max.delay.ms": str(rebalance_delay_ms),
+        # Start-up only: the reflective plugin scan takes over a minute on a busy two-core
+        # machine, and Kafka's own start-up warning recommends this setting.
+        "plugin.discovery": "service_load",
+    }
+    if compression != "none":
+        props["dst.producer.compression.type"] = compression
+    if rest_port is not None:
+        # Several dedicated nodes need the internal REST server to forward task configs (KIP-710).
+        props["dedicated.mode.enable.internal.rest"] = "true"
+        props["listeners"] = f"http://127.0.0.1:{rest_port}"
+    props.update(extra or {})
+    return "".join(f"{key} = {value}\n" for key, value in props.items())
+
+
+class MirrorMaker2:
+    """MirrorMaker 2 nodes copying ``src`` to ``dst`` of a sandbox."""
+
+    name = "mm2"
+
+    def __init__(
+        self,
+        *,
+        src_bootstrap: str,
+        dst_bootstrap: str,
+        workdir: Path,
+        tasks: int,
+        nodes: int = 1,
+        compression: str = "none",
+        refresh_topics_s: int = 5,
+        rebalance_delay_ms: int = 10_000,
+        heap: str = "512m",
+        topics_pattern: str | None = None,
+        extra: Mapping[str, str] | None = None,
+    ) -> None:
+        self.parallelism = tasks
+        self._src = src_bootstrap
+        self._dst = dst_bootstrap
+        self._tasks = tasks
+        self._nodes = nodes
+        self._compression = compression
+        self._refresh_topics_s = refresh_topics_s
+        self._rebalance_delay_ms = rebalance_delay_ms
+        self._heap = heap
+        self._extra = dict(extra or {})
+        self._pattern = topics_pattern
+        self._run_id = f"bench-{uuid.uuid4().hex[:8]}"
+        self._workdir = workdir.resolve()
+        self._pids: dict[str, int] = {}
+
+    @property
+    def _marker(self) -> str:
+        # Every node's command line names its properties file under the work folder.
+        return str(self._workdir)
+
+    def start(self, topics: Sequence[str]) -> None:
+        """Start the nodes, copying ``topics`` or, when one was given, every topic ``topics_pattern`` matches."""
+        pattern = self._pattern or "|".join(_escape(t) for t in topics)
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        log4j = self._workdir / "log4j2.properties"
+        log4j.write_text(kafka.LOG4J2)
+        classpath = artifacts.classpath("mirrormaker")
+        for n in range(1, self._nodes + 1):
+            node = f"node-{n}"
+            config = self._workdir / f"mm2-{node}.properties"
+            config.write_text(
+                render_properties(
+                    src_bootstrap=self._src,
+                    dst_bootstrap=self._dst,
+                    topics_pattern=pattern,
+                    tasks=self._tasks,
+                    run_id=self._run_id,
+                    compression=self._compression,
+                    refresh_topics_s=self._refresh_topics_s,
+                    rebalance_delay_ms=self._rebalance_delay_ms,
+                    rest_port=ports.free_port() if self._nodes > 1 else None,
+                    extra=self._extra,
+                )
+            )
+            self._pids[node] = process.spawn_java(
+                classpath=classpath,
+                main_class=MAIN_CLASS,
+                args=[str(config), "--clusters", "dst"],
+                log_file=self._workdir / f"mm2-{node}.log",
+                heap=self._heap,
+                system_properties={"log4j2.configurationFile": str(log4j)},
+            )
+        time.sleep(0.5)
+        for node, pid in self._pids.items():
+            if not process.is_ours(pid, self._marker):
+                raise RuntimeError(f"MirrorMaker {node} exited at start; see {self._workdir / f'mm2-{node}.log'}")
+
+    def wait_tasks_started(self, timeout_s: float) -> bool:
+        """Wait until every source task has started (on every node, when there are several)."""
+        wanted = min(self._tasks, self._nodes) if self._nodes > 1 else 1
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            started = [_started_tasks(log) for log in self.logs()]
+            if sum(1 for tasks in started if tasks) >= wanted and len(set().union(*started)) >= self._tasks:
+                return True
+            time.sleep(0.5)
+        return False
+
+    def add_topics(self, topics: Sequence[str]) -> float:
+        # MirrorMaker learns of new topics only by polling the source against its pattern;
+        # the caller has created them already, so there is nothing to ask.
+        return time.time()
+
+    def pids(self) -> list[int]:
+        return [pid for pid in list(self._pids.values()) if process.is_ours(pid, self._marker)]
+
+    def kill_one(self) -> str:
+        node = f"node-{self._nodes}"
+        process.stop(self._pids[node], self._marker, hard=True)
+        return node
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "system": "MirrorMaker 2 (connect-mirror 4.3.1, dedicated mode)",
+            "nodes": self._nodes,
+            "tasks_max": self._tasks,
+            "heap": self._heap,
+            "compression": self._compression,
+            "refresh_topics_interval_s": self._refresh_topics_s,
+            "scheduled_rebalance_max_delay_ms": self._rebalance_delay_ms,
+            "extra": self._extra,
+        }
+
+    def logs(self) -> list[Path]:
+        return sorted(self._workdir.glob("mm2-node-*.log"))
+
+    def stop(self) -> None:
+        for pid in self._pids.values():
+            process.signal_process(pid, signal.SIGTERM, self._marker)
+        for pid in self._pids.values():
+            process.stop(pid, self._marker, timeout_s=20)
+
+
+_TASK_START = re.compile(r"Starting task (MirrorSourceConnector-\d+)")
+
+
+def _started_tasks(log: Path) -> set[str]:
+    # Connect's own log is the only outside view of which node runs which task in dedicated mode.
+    try:
+        return set(_TASK_START.findall(log.read_text(errors="replace")))
+    except OSError:
+        return set()
+
+
+def _escape(topic: str) -> str:
+    # Kafka topic names allow only [a-zA-Z0-9._-]; '.' is the one regex metacharacter among them.
+    return topic.replace(".", "\\.")

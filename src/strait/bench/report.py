@@ -1,0 +1,449 @@
+"""Benchmark results: JSON under ``bench/results/``, PNG plots beside them, and ``BENCHMARKS.md``.
+
+The Markdown file is generated from whatever result files exist, so every figure in it can be
+traced to a JSON file and the command that wrote it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+SCENARIOS = ("smoke", "throughput", "latency", "add-topics", "worker-failure", "profile")
+
+COMMANDS = {
+    "smoke": "strait bench smoke",
+    "throughput": "strait bench throughput",
+    "latency": "strait bench latency",
+    "add-topics": "strait bench add-topics",
+    "worker-failure": "strait bench worker-failure",
+    "profile": "strait bench profile",
+}
+
+
+def save(result: dict[str, Any], results_dir: Path, *, machine: dict[str, Any], command: str) -> Path:
+    """Write one scenario's result as ``<scenario>.json`` (the latest run of each scenario is kept)."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    document = {
+        **result,
+        "finished_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command,
+        "machine": machine,
+    }
+    path = results_dir / f"{result['scenario']}.json"
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    return path
+
+
+def load_all(results_dir: Path) -> dict[str, dict[str, Any]]:
+    found = {}
+    for scenario in SCENARIOS:
+        path = results_dir / f"{scenario}.json"
+        if path.exists():
+            found[scenario] = json.loads(path.read_text())
+    return found
+
+
+# ---- Markdown -----------------------------------------------------------------------------------
+
+
+def _n(value: Any, digits: int = 0, suffix: str = "") -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, int | float):
+        return f"{value:,.{digits}f}{suffix}"
+    return str(value)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _verdict(run: dict[str, Any]) -> str:
+    if run.get("error"):
+        return f"failed: {run['error'][:120]}"
+    v = run.get("verify") or {}
+    if not v:
+        return "—"
+    return f"{v.get('lost')} / {v.get('duplicated')} / {v.get('out_of_order')}"
+
+
+def _throughput_md(doc: dict[str, Any]) -> list[str]:
+    runs = doc["runs"]
+    rows = []
+    for r in sorted(
+        runs, key=lambda r: (r["size"], r["compression"], r["parallelism"], r["system"], r.get("repeat", 0))
+    ):
+        rows.append(
+            [
+                f"{r['size']} B",
+                r["compression"],
+                str(r["parallelism"]),
+                "Strait" if r["system"] == "strait" else "MM2",
+                _n(r.get("records")),
+                _n(r.get("records_per_s")),
+                _n(r.get("mb_per_s"), 1),
+                _n(r.get("cpu_s_per_gb")),
+                _n(r.get("peak_rss_mb")),
+                _n(r.get("startup_s"), 1),
+                _verdict(r),
+            ]
+        )
+    lines = _table(
+        [
+            "record",
+            "compr.",
+            "workers / tasks",
+            "system",
+            "records",
+            "records/s",
+            "MB/s",
+            "CPU s/GB",
+            "peak RSS MB",
+            "start-up s",
+            "lost / dup / reordered",
+        ],
+        rows,
+    )
+    ratio_rows = [
+        [
+            f"{q['size']} B",
+            q["compression"],
+            str(q["parallelism"]),
+            _n(q.get("strait_records_per_s")),
+            _n(q.get("mm2_records_per_s")),
+            _n(q.get("records_per_s"), 2),
+            _n(q.get("cpu_s_per_gb"), 2),
+            _n(q.get("peak_rss_mb"), 2),
+        ]
+        for q in doc["ratios"]
+    ]
+    lines += ["", "Ratios Strait / MM2 (records/s: higher is better for Strait; CPU and memory: lower is better):", ""]
+    lines += _table(
+        [
+            "record",
+            "compr.",
+            "workers / tasks",
+            "Strait rec/s",
+            "MM2 rec/s",
+            "records/s ratio",
+            "CPU s/GB ratio",
+            "peak RSS ratio",
+        ],
+        ratio_rows,
+    )
+    return lines
+
+
+def _latency_md(doc: dict[str, Any]) -> list[str]:
+    rows = []
+    for r in sorted(doc["runs"], key=lambda r: (r["rate"], r["system"], r.get("repeat", 0))):
+        lat = r.get("latency", {})
+        rows.append(
+            [
+                _n(r["rate"]),
+                "Strait" if r["system"] == "strait" else "MM2",
+                _n(r.get("achieved_rate")),
+                _n(lat.get("p50_ms"), 1),
+                _n(lat.get("p99_ms"), 1),
+                _n(lat.get("p999_ms"), 1),
+                _n(lat.get("max_ms"), 1),
+                _n(r.get("cpu_percent"), 0, " %"),
+                _verdict(r),
+            ]
+        )
+    lines = _table(
+        [
+            "target rec/s",
+            "system",
+            "achieved rec/s",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "max ms",
+            "replicator CPU",
+            "lost / dup / reordered",
+        ],
+        rows,
+    )
+    lines += ["", "Ratios Strait / MM2 (lower is better for Strait):", ""]
+    lines += _table(
+        ["rate", "p50 ratio", "p99 ratio", "p99.9 ratio"],
+        [
+            [_n(q["rate"]), _n(q.get("p50_ms"), 2), _n(q.get("p99_ms"), 2), _n(q.get("p999_ms"), 2)]
+            for q in doc["ratios"]
+        ],
+    )
+    return lines
+
+
+def _add_topics_md(doc: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            "Strait" if r["system"] == "strait" else "MM2",
+            _n(r.get("baseline_gap_a_ms"), 0),
+            _n(r.get("gap_a_ms"), 0),
+            _n(r.get("first_record_median_s"), 2),
+            _n(r.get("first_record_max_s"), 2),
+            _n(r.get("new_topics_missing")),
+            _verdict(r),
+        ]
+        for r in doc["runs"]
+    ]
+    ratios = doc.get("ratios", {})
+    return [
+        *_table(
+            [
+                "system",
+                "longest gap on A before (ms)",
+                "longest gap on A after adding (ms)",
+                "new topic first record, median (s)",
+                "… slowest (s)",
+                "new topics never seen",
+                "lost / dup / reordered",
+            ],
+            rows,
+        ),
+        "",
+        f"Ratios Strait / MM2: gap on A {_n(ratios.get('gap_a_ms'), 2)}, slowest new topic "
+        f"{_n(ratios.get('first_record_max_s'), 2)}, median new topic {_n(ratios.get('first_record_median_s'), 2)}.",
+    ]
+
+
+def _failure_md(doc: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            "Strait" if r["system"] == "strait" else "MM2",
+            str(r.get("killed", "—")),
+            _n(r.get("resume_s"), 2),
+            _n(r.get("longest_gap_s"), 2),
+            _n(r.get("stalled_partitions")),
+            _verdict(r),
+        ]
+        for r in doc["runs"]
+    ]
+    return [
+        *_table(
+            [
+                "system",
+                "killed (kill -9)",
+                "time until every partition flows again (s)",
+                "longest partition gap (s)",
+                "partitions stalled > 1 s",
+                "lost / dup / reordered",
+            ],
+            rows,
+        ),
+        "",
+        f"Ratio Strait / MM2 of the time to resume: {_n(doc.get('ratios', {}).get('resume_s'), 2)}.",
+    ]
+
+
+def _smoke_md(doc: dict[str, Any]) -> list[str]:
+    rows = [
+        ["Strait" if r["system"] == "strait" else "MM2", _n(r.get("records")), _n(r.get("seconds"), 1), _verdict(r)]
+        for r in doc["runs"]
+    ]
+    return _table(["system", "records", "seconds (start to last record)", "lost / dup / reordered"], rows)
+
+
+def _profile_md(doc: dict[str, Any]) -> list[str]:
+    prof = doc.get("profile", {})
+    lines = [
+        f"One worker copied {_n(doc.get('params', {}).get('records'))} records at {_n(doc.get('records_per_s'))} "
+        f"records/s using {_n(doc.get('worker_cpu_percent'), 0, ' %')} CPU (100 % = one core); "
+        f"{_n(prof.get('samples'))} samples.",
+        "",
+        "Self time (innermost Python frame; time in librdkafka is charged to the line that called it):",
+        "",
+    ]
+    lines += _table(["function", "samples", "%"], [[f"`{n}`", _n(c), _n(p, 1)] for n, c, p in prof.get("self", [])])
+    lines += ["", "Inclusive time:", ""]
+    lines += _table(
+        ["function", "samples", "%"], [[f"`{n}`", _n(c), _n(p, 1)] for n, c, p in prof.get("inclusive", [])]
+    )
+    if prof.get("threads"):
+        lines += ["", "By thread:", ""]
+        lines += _table(["thread", "samples", "%"], [[f"`{n}`", _n(c), _n(p, 1)] for n, c, p in prof["threads"]])
+    return lines
+
+
+_SECTIONS: dict[str, tuple[str, str, Callable[[dict[str, Any]], list[str]]]] = {
+    "throughput": (
+        "Throughput",
+        "A pre-filled source topic is copied in full. records/s and MB/s are measured from the first to the last "
+        "record present on the destination (destination high watermarks polled every 100 ms), so start-up is "
+        "excluded (shown separately). CPU s/GB is the replicator processes' user+system CPU over the same interval "
+        "per GB of record values; peak RSS is the sum of VmHWM of those processes (Strait: controller + workers).",
+        _throughput_md,
+    ),
+    "latency": (
+        "End-to-end latency",
+        "A producer sends at a fixed rate (its own process); an independent reader (its own process) consumes the "
+        "destination. Latency = arrival at the reader minus the send time stamped in the record, same host clock; "
+        "the first seconds (warm-up) are excluded. Replicator CPU is its processes' CPU time over the run divided "
+        "by wall time (100 % = one core).",
+        _latency_md,
+    ),
+    "add-topics": (
+        "Adding topics under load",
+        "Traffic flows on topic A; ten new topics are created on the source (Strait: then added through "
+        "`POST /topics/{topic}`; MM2: picked up by its topic pattern). Reported: the longest silence in A's "
+        "arrivals at the destination from one second before the add to the end of traffic, against the longest "
+        "one before; and how long after the add each new topic's first record arrives.",
+        _add_topics_md,
+    ),
+    "worker-failure": (
+        "Worker failure",
+        "Two Strait workers (MM2: two dedicated-mode nodes, tasks.max=2) copy a topic under load; one is killed "
+        "with SIGKILL. Reported: the time from the kill until every partition's records arrive again, the longest "
+        "per-partition gap, and the verifier's count of lost / duplicated / reordered records over the whole run.",
+        _failure_md,
+    ),
+    "smoke": (
+        "Smoke run",
+        "The CI-sized run of the harness: a small pre-filled topic copied by each system.",
+        _smoke_md,
+    ),
+}
+
+
+def render_markdown(results: dict[str, dict[str, Any]]) -> str:
+    """``BENCHMARKS.md`` from the result documents."""
+    lines = [
+        "# Benchmarks: Strait vs MirrorMaker 2",
+        "",
+        "Generated by `strait bench report` from `bench/results/*.json`; every figure comes from a command below "
+        "and can be rerun. Both systems run in the same invocation on the same sandbox clusters (real Kafka 4.4.0, "
+        "one broker per cluster, all on 127.0.0.1), alternating, each on its own freshly created topics; every run "
+        "ends with the verifier reading the whole destination topic.",
+        "",
+    ]
+    machine = next((doc.get("machine") for doc in results.values() if doc.get("machine")), None)
+    if machine:
+        lines += [
+            "## Machine",
+            "",
+            f"- CPU: {machine.get('cpu')}, {machine.get('cores')} cores; memory {machine.get('memory_gb')} GB; "
+            f"Linux {machine.get('kernel')}",
+            f"- Python {machine.get('python')}; {machine.get('java')}",
+            f"- {machine.get('kafka_broker')}; MirrorMaker 2 from {machine.get('mirrormaker')}",
+            f"- Load average when the run began: {machine.get('load_average_at_start')} — the machine was shared "
+            "with other work, so absolute figures are noisy; the two systems ran alternately under the same "
+            "conditions, which is why ratios are reported.",
+            "",
+        ]
+    lines += [
+        "## How the peers are configured",
+        "",
+        "- **MirrorMaker 2**: `org.apache.kafka.connect.mirror.MirrorMaker` in dedicated mode, one flow `src->dst`, "
+        "`IdentityReplicationPolicy` (same topic names as Strait), `tasks.max` = Strait's worker count, heap 512 MB, "
+        "heartbeats / checkpoints / offset-syncs / config and ACL sync off (work Strait does not do), "
+        "`refresh.topics.interval.seconds=5`, `scheduled.rebalance.max.delay.ms=10000` (default 300000: with the "
+        "default a dead node's tasks wait 5 minutes), producer and consumer defaults otherwise.",
+        "- **Strait**: one controller and N worker processes (`python -m strait controller|worker`) from one YAML "
+        "config, ZooKeeper session timeout 10 s, topics added through the REST API with `start: earliest`.",
+        "",
+    ]
+    for scenario in ("throughput", "latency", "add-topics", "worker-failure", "profile", "smoke"):
+        doc = results.get(scenario)
+        if doc is None:
+            continue
+        title, method, render = _SECTIONS[scenario]
+        lines += [f"## {title}", "", method, ""]
+        lines += [
+            f"Command: `{doc.get('command', COMMANDS[scenario])}` — finished {doc.get('finished_at')}; "
+            f"parameters `{json.dumps(doc.get('params', {}))}`.",
+            "",
+        ]
+        lines += render(doc)
+        plot = f"bench/results/{scenario}.png"
+        if (Path(doc.get("_results_dir", "bench/results")) / f"{scenario}.png").exists():
+            lines += ["", f"![{title}]({plot})"]
+        lines.append("")
+    missing = [s for s in SCENARIOS if s not in results]
+    if missing:
+        lines += ["## Not yet measured", "", "No result file yet for: " + ", ".join(missing) + ".", ""]
+    return "\n".join(lines)
+
+
+def write_markdown(results_dir: Path, target: Path) -> Path:
+    results = load_all(results_dir)
+    for doc in results.values():
+        doc["_results_dir"] = str(results_dir)
+    target.write_text(render_markdown(results))
+    return target
+
+
+# ---- plots --------------------------------------------------------------------------------------
+
+
+def plot(doc: dict[str, Any], results_dir: Path) -> Path | None:
+    """A PNG for scenarios where a curve says more than a table; None when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    scenario = doc["scenario"]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    colors = {"strait": "tab:blue", "mm2": "tab:orange"}
+    label = {"strait": "Strait", "mm2": "MirrorMaker 2"}
+    if scenario == "throughput":
+        keys = [(q["size"], q["compression"], q["parallelism"]) for q in doc["ratios"]]
+        xs = range(len(keys))
+        width = 0.4
+        for i, system in enumerate(("strait", "mm2")):
+            values = [q.get(f"{system}_records_per_s") or 0 for q in doc["ratios"]]
+            ax.bar([x + (i - 0.5) * width for x in xs], values, width, label=label[system], color=colors[system])
+        ax.set_xticks(list(xs), [f"{s} B\n{c}\nx{p}" for s, c, p in keys], fontsize=8)
+        ax.set_ylabel("records/s")
+        ax.set_title("Throughput of a full copy (higher is better)")
+    elif scenario == "latency":
+        for run in doc["runs"]:
+            points = run.get("cdf_ms") or []
+            if points:
+                style = "-" if run["rate"] == min(r["rate"] for r in doc["runs"]) else "--"
+                ax.plot(
+                    [p[1] for p in points],
+                    [p[0] for p in points],
+                    style,
+                    color=colors[run["system"]],
+                    label=f"{label[run['system']]} @ {run['rate']:,.0f}/s",
+                )
+        ax.set_xscale("log")
+        ax.set_xlabel("end-to-end latency (ms, log)")
+        ax.set_ylabel("percentile")
+        ax.set_title("Latency distribution")
+    elif scenario in ("add-topics", "worker-failure"):
+        key = "rate_a" if scenario == "add-topics" else "rate_series"
+        for run in doc["runs"]:
+            series = run.get(key) or []
+            if series:
+                ax.plot(
+                    [p[0] for p in series],
+                    [p[1] for p in series],
+                    color=colors[run["system"]],
+                    label=label[run["system"]],
+                    linewidth=1,
+                )
+        ax.axvline(0, color="grey", linestyle=":")
+        ax.set_xlabel("seconds after " + ("the topics were added" if scenario == "add-topics" else "the kill -9"))
+        ax.set_ylabel("records/s arriving" + (" on topic A" if scenario == "add-topics" else ""))
+        ax.set_title("Arrivals at the destination")
+    else:
+        plt.close(fig)
+        return None
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = results_dir / f"{scenario}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,132 @@
+"""End-to-end latency at fixed produce rates, read by an independent consumer."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from strait.bench import workload
+from strait.bench.procstat import ProcessMeter
+from strait.bench.scenarios.harness import (
+    SEC,
+    SYSTEMS,
+    Bench,
+    live,
+    mean,
+    ratio,
+    run_safely,
+    topic_name,
+)
+from strait.bench.stats import latency_summary
+
+_CDF_POINTS = (0, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 100)
+
+
+def latency(
+    bench: Bench,
+    *,
+    rates: Sequence[float] = (1000, 10000),
+    duration_s: float = 20.0,
+    warmup_s: float = 5.0,
+    partitions: int = 8,
+    size: int = 100,
+    parallelism: int = 1,
+    repeats: int = 1,
+) -> dict[str, Any]:
+    """Steady traffic at fixed rates; end-to-end latency from send to arrival at the destination."""
+    runs = []
+    for repeat in range(repeats):
+        for rate in rates:
+            for system in bench.order(repeat):
+                bench.log(f"latency: {system} x{parallelism} at {rate:,.0f} records/s for {duration_s:.0f}s")
+                run = _latency_run(bench, system, rate, duration_s, warmup_s, partitions, size, parallelism)
+                run["repeat"] = repeat
+                runs.append(run)
+                lat = run.get("latency", {})
+                bench.log(
+                    f"  -> p50 {lat.get('p50_ms', float('nan')):.1f} ms, p99 {lat.get('p99_ms', float('nan')):.1f} ms, "
+                    f"p99.9 {lat.get('p999_ms', float('nan')):.1f} ms, lost {run.get('verify', {}).get('lost')}"
+                    + (f" FAILED: {run['error']}" if run.get("error") else "")
+                )
+    ratios = []
+    for rate in rates:
+        row: dict[str, Any] = {"rate": rate}
+        for q in ("p50_ms", "p99_ms", "p999_ms"):
+            values = {
+                s: mean(
+                    [r["latency"].get(q) for r in runs if r["system"] == s and r["rate"] == rate and "latency" in r]
+                )
+                for s in SYSTEMS
+            }
+            row[f"strait_{q}"] = values["strait"]
+            row[f"mm2_{q}"] = values["mm2"]
+            row[q] = ratio(values["strait"], values["mm2"])
+        ratios.append(row)
+    return {
+        "scenario": "latency",
+        "params": {
+            "rates": list(rates),
+            "duration_s": duration_s,
+            "warmup_s": warmup_s,
+            "partitions": partitions,
+            "size": size,
+            "parallelism": parallelism,
+            "repeats": repeats,
+        },
+        "runs": runs,
+        "ratios": ratios,
+    }
+
+
+def _latency_run(
+    bench: Bench,
+    system: str,
+    rate: float,
+    duration_s: float,
+    warmup_s: float,
+    partitions: int,
+    size: int,
+    parallelism: int,
+) -> dict[str, Any]:
+    run_dir = bench.run_dir(topic_name("latency", system, int(rate)))
+    topic = topic_name("lat", uuid.uuid4().hex[:6], int(rate), system)
+    workload.create_topics(bench.src, [topic], partitions)
+    replicator = bench.replicator(system, run_dir, parallelism=parallelism)
+    result: dict[str, Any] = {
+        "system": system,
+        "rate": rate,
+        "parallelism": parallelism,
+        "replicator": replicator.describe(),
+        "logs": str(run_dir),
+    }
+
+    def body() -> None:
+        with live(bench, run_dir, replicator) as session:
+            session.warm({topic: partitions}, size)
+            session.read([topic], [topic], deadline_s=duration_s + warmup_s + 600)
+            meter = ProcessMeter()
+            cpu0 = meter.sample(replicator.pids())
+            session.produce("steady", {topic: partitions}, rate=rate, duration_s=warmup_s + duration_s, size=size)
+            session.producers[0].wait(3600)
+            cpu1 = meter.sample(replicator.pids())
+            arrivals, windows = session.finish(drain_s=60)
+            started_us, ended_us = windows[0]
+            latencies = arrivals.latencies_us(sent_after_us=started_us + int(warmup_s * SEC), min_seq=1)
+            summary = latency_summary(latencies)
+            ordered = sorted(latencies)
+            result["latency"] = {k: round(v, 3) for k, v in summary.items()}
+            result["cdf_ms"] = (
+                [[q, ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] / 1000] for q in _CDF_POINTS]
+                if ordered
+                else []
+            )
+            result["produced"] = sum(session.expected.values())
+            result["achieved_rate"] = round(
+                (sum(session.expected.values()) - partitions) / ((ended_us - started_us) / SEC), 1
+            )
+            result["cpu_percent"] = round(100 * (cpu1 - cpu0) / ((ended_us - started_us) / SEC), 1)
+            result["peak_rss_mb"] = round(meter.peak_rss_total_mb(), 1)
+            result["verify"] = arrivals.verify(session.expected).summary()
+
+    return run_safely(result, body)

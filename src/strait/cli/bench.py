@@ -1,0 +1,320 @@
+"""`strait bench`: Strait against MirrorMaker 2 on one sandbox, results in bench/results and BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import typer
+
+app = typer.Typer(
+    help="Benchmarks: Strait and MirrorMaker 2 side by side on the same sandbox clusters (not part of CI).",
+    no_args_is_help=True,
+)
+
+_SYSTEMS = typer.Option("strait,mm2", "--systems", help="Comma-separated systems to run: strait, mm2.")
+_RESULTS = typer.Option(Path("bench/results"), "--results-dir", help="Where result JSON and PNG files go.")
+_MARKDOWN = typer.Option(Path("BENCHMARKS.md"), "--markdown", help="The Markdown report regenerated after a run.")
+_WORKDIR = typer.Option(None, "--workdir", help="Sandbox and process logs (default: a new temporary folder).")
+_KEEP = typer.Option(False, "--keep", help="Keep the work folder (logs of every process) after the run.")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _words(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _session(
+    names: list[str],
+    systems: str,
+    results_dir: Path,
+    markdown: Path,
+    workdir: Path | None,
+    keep: bool,
+    body: Callable[[Any], list[dict[str, Any]]],
+) -> None:
+    """Sandbox up, run ``body(bench)``, save and plot its results, regenerate the Markdown, tear down."""
+    from strait.bench import machine, report
+    from strait.bench.scenarios import Bench
+    from strait.sandbox import Sandbox, SandboxSpec
+
+    unknown = set(_words(systems)) - {"strait", "mm2"}
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown system(s) {', '.join(sorted(unknown))}: use strait, mm2", param_hint="--systems"
+        )
+    root = (workdir or Path(tempfile.mkdtemp(prefix="strait-bench-"))).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    described = machine.describe()
+    typer.echo(f"benchmark work folder: {root}")
+    started = time.monotonic()
+    sandbox = Sandbox.up(SandboxSpec(clusters=("src", "dst"), brokers=1, log_dirs=1, state_dir=root / "sandbox"))
+    failed = True
+    try:
+        bench = Bench(sandbox=sandbox, workdir=root / "runs", systems=_words(systems), log=lambda m: typer.echo(m))
+        for result in body(bench):
+            command = "strait bench " + " ".join(sys.argv[sys.argv.index("bench") + 1 :]) if "bench" in sys.argv else ""
+            path = report.save(result, results_dir, machine=described, command=command or f"strait bench {names[0]}")
+            image = report.plot(result, results_dir)
+            typer.echo(f"wrote {path}" + (f" and {image}" if image else " (no plot: matplotlib is not installed)"))
+        report.write_markdown(results_dir, markdown)
+        typer.echo(f"wrote {markdown} ({time.monotonic() - started:.0f}s in all)")
+        failed = False
+    finally:
+        sandbox.down(keep=keep or failed)
+        if keep or failed:
+            typer.echo(f"logs kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@app.command()
+def throughput(
+    sizes: str = typer.Option("100,1024", help="Record sizes in bytes."),
+    compressions: str = typer.Option("none,lz4", help="Source (and replicator producer) compression types."),
+    parallelism: str = typer.Option("1,2", help="Strait worker processes = MirrorMaker tasks."),
+    megabytes: float = typer.Option(20.0, help="Size of each pre-filled topic in MB of record values."),
+    partitions: int = typer.Option(8, help="Partitions of the source topic."),
+    repeats: int = typer.Option(1, help="Repeat the whole matrix (system order alternates each time)."),
+    systems: str = _SYSTEMS,
+    results_dir: Path = _RESULTS,
+    markdown: Path = _MARKDOWN,
+    workdir: Path | None = _WORKDIR,
+    keep: bool = _KEEP,
+) -> None:
+    """Copy a pre-filled topic: records/s, MB/s, CPU s per GB, peak RSS."""
+    from strait.bench import scenarios
+
+    _session(
+        ["throughput"],
+        systems,
+        results_dir,
+        markdown,
+        workdir,
+        keep,
+        lambda bench: [
+            scenarios.throughput(
+                bench,
+                sizes=_ints(sizes),
+                compressions=_words(compressions),
+                parallelism=_ints(parallelism),
+                megabytes=megabytes,
+                partitions=partitions,
+                repeats=repeats,
+            )
+        ],
+    )
+
+
+@app.command()
+def latency(
+    rates: str = typer.Option("1000,10000", help="Produce rates in records/s."),
+    duration: float = typer.Option(20.0, help="Seconds of measured traffic per run (after the warm-up)."),
+    warmup: float = typer.Option(5.0, help="Seconds of traffic before measuring."),
+    partitions: int = typer.Option(8, help="Partitions of the topic."),
+    size: int = typer.Option(100, help="Record size in bytes."),
+    parallelism: int = typer.Option(1, help="Strait worker processes = MirrorMaker tasks."),
+    repeats: int = typer.Option(1, help="Repeat each rate (system order alternates each time)."),
+    systems: str = _SYSTEMS,
+    results_dir: Path = _RESULTS,
+    markdown: Path = _MARKDOWN,
+    workdir: Path | None = _WORKDIR,
+    keep: bool = _KEEP,
+) -> None:
+    """Steady traffic at fixed rates: end-to-end latency p50 / p99 / p99.9."""
+    from strait.bench import scenarios
+
+    _session(
+        ["latency"],
+        systems,
+        results_dir,
+        markdown,
+        workdir,
+        keep,
+        lambda bench: [
+            scenarios.latency(
+                bench,
+                rates=_floats(rates),
+                duration_s=duration,
+                warmup_s=warmup,
+                partitions=partitions,
+                size=size,
+                parallelism=parallelism,
+                repeats=repeats,
+            )
+        ],
+    )
+
+
+@app.command("add-topics")
+def add_topics(
+    rate: float = typer.Option(2000, help="records/s on topic A."),
+    new_topics: int = typer.Option(10, help="Topics added while A flows."),
+    new_rate: float = typer.Option(200, help="records/s over all the new topics together."),
+    before: float = typer.Option(10.0, help="Seconds of traffic on A before adding."),
+    after: float = typer.Option(30.0, help="Seconds of traffic after adding."),
+    parallelism: int = typer.Option(1, help="Strait worker processes = MirrorMaker tasks."),
+    mm2_refresh: int = typer.Option(5, help="MirrorMaker refresh.topics.interval.seconds."),
+    systems: str = _SYSTEMS,
+    results_dir: Path = _RESULTS,
+    markdown: Path = _MARKDOWN,
+    workdir: Path | None = _WORKDIR,
+    keep: bool = _KEEP,
+) -> None:
+    """Add ten topics while topic A flows: A's longest gap, each new topic's time to first record."""
+    from strait.bench import scenarios
+
+    _session(
+        ["add-topics"],
+        systems,
+        results_dir,
+        markdown,
+        workdir,
+        keep,
+        lambda bench: [
+            scenarios.add_topics(
+                bench,
+                rate=rate,
+                new_topics=new_topics,
+                new_rate=new_rate,
+                before_s=before,
+                after_s=after,
+                parallelism=parallelism,
+                mm2_refresh_topics_s=mm2_refresh,
+            )
+        ],
+    )
+
+
+@app.command("worker-failure")
+def worker_failure(
+    rate: float = typer.Option(2000, help="records/s."),
+    before: float = typer.Option(10.0, help="Seconds of traffic before the kill."),
+    after: float = typer.Option(45.0, help="Seconds of traffic after the kill."),
+    mm2_rebalance_delay_ms: int = typer.Option(
+        10_000, help="MirrorMaker scheduled.rebalance.max.delay.ms (its default, 300000, waits 5 minutes)."
+    ),
+    systems: str = _SYSTEMS,
+    results_dir: Path = _RESULTS,
+    markdown: Path = _MARKDOWN,
+    workdir: Path | None = _WORKDIR,
+    keep: bool = _KEEP,
+) -> None:
+    """kill -9 one of two workers (MirrorMaker: nodes) under load: time to resume, records lost / duplicated."""
+    from strait.bench import scenarios
+
+    _session(
+        ["worker-failure"],
+        systems,
+        results_dir,
+        markdown,
+        workdir,
+        keep,
+        lambda bench: [
+            scenarios.worker_failure(
+                bench, rate=rate, before_s=before, after_s=after, mm2_rebalance_delay_ms=mm2_rebalance_delay_ms
+            )
+        ],
+    )
+
+
+@app.command()
+def smoke(
+    records: int = typer.Option(5000, help="Records in the pre-filled topic."),
+    systems: str = _SYSTEMS,
+    results_dir: Path = _RESULTS,
+    markdown: Path = _MARKDOWN,
+    workdir: Path | None = _WORKDIR,
+    keep: bool = _KEEP,
+) -> None:
+    """The CI-sized run: each system copies a small topic and the verifier must count 0 lost."""
+    from strait.bench import scenarios
+
+    outcome: list[dict[str, Any]] = []
+
+    def body(bench: Any) -> list[dict[str, Any]]:
+        outcome.append(scenarios.smoke(bench, records=records))
+        return outcome
+
+    _session(["smoke"], systems, results_dir, markdown, workdir, keep, body)
+    bad = [r for r in outcome[0]["runs"] if r.get("error") or not r.get("verify", {}).get("ok")]
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command()
+def profile(
+    records: int = typer.Option(300_000, help="Records in the pre-filled topic."),
+    size: int = typer.Option(100, help="Record size in bytes."),
+    results_dir: Path = _RESULTS,
+    markdown: Path = _MARKDOWN,
+    workdir: Path | None = _WORKDIR,
+    keep: bool = _KEEP,
+) -> None:
+    """Profile one Strait worker (py-spy) while it copies a backlog: where its time goes."""
+    from strait.bench import profile as profiling
+
+    _session(
+        ["profile"],
+        "strait",
+        results_dir,
+        markdown,
+        workdir,
+        keep,
+        lambda bench: [profiling.profile_worker(bench, records=records, size=size)],
+    )
+
+
+@app.command("all")
+def run_all(
+    systems: str = _SYSTEMS,
+    results_dir: Path = _RESULTS,
+    markdown: Path = _MARKDOWN,
+    workdir: Path | None = _WORKDIR,
+    keep: bool = _KEEP,
+) -> None:
+    """Every scenario at its default size, on one sandbox (about 20-30 minutes on two cores)."""
+    from strait.bench import scenarios
+
+    _session(
+        ["all"],
+        systems,
+        results_dir,
+        markdown,
+        workdir,
+        keep,
+        lambda bench: [
+            scenarios.smoke(bench),
+            scenarios.throughput(bench),
+            scenarios.latency(bench),
+            scenarios.add_topics(bench),
+            scenarios.worker_failure(bench),
+        ],
+    )
+
+
+@app.command()
+def report(results_dir: Path = _RESULTS, markdown: Path = _MARKDOWN) -> None:
+    """Regenerate the Markdown report (and plots) from the result files."""
+    from strait.bench import report as reporting
+
+    for doc in reporting.load_all(results_dir).values():
+        reporting.plot(doc, results_dir)
+    reporting.write_markdown(results_dir, markdown)
+    typer.echo(f"wrote {markdown}")
+
+
+if __name__ == "__main__":
+    app()  # `python -m strait.cli.bench ...` works before `strait bench` is registered

@@ -1,0 +1,197 @@
+"""Strait's configuration: one typed model, loaded from YAML, overridable by environment.
+
+Every node of a Strait deployment (controllers and workers) reads the same file, so that
+no node can drift from the others (MirrorMaker's per-node whitelists did). Topics are not
+in the file: they live in ZooKeeper and change through the controller's REST API.
+
+Environment variables override the file: ``STRAIT_ZOOKEEPER__CONNECT=host:2181`` sets
+``zookeeper.connect``; a double underscore separates levels. Values are
+text converted to the key's type, so ``STRAIT_CONTROLLER__REFRESH_INTERVAL_S=2`` is a
+number; ``null`` unsets an optional value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ENV_PREFIX = "STRAIT_"
+
+# Route names become ZooKeeper node names and consumer-group suffixes.
+_ROUTE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class ConfigError(ValueError):
+    """The configuration is unusable; the message names the offending key."""
+
+
+class _Model(BaseModel):
+    # Unknown keys are typos more often than not: refuse them so they are noticed.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ZookeeperConfig(_Model):
+    """Where the coordination state lives."""
+
+    connect: str = "127.0.0.1:2181"
+    root: str = "/strait"
+    session_timeout_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("root")
+    @classmethod
+    def _absolute_root(cls, value: str) -> str:
+        if not value.startswith("/") or (len(value) > 1 and value.endswith("/")):
+            raise ValueError("must be an absolute path without a trailing '/', e.g. /strait")
+        return value
+
+
+class RouteConfig(_Model):
+    """Copy topics from one cluster to another."""
+
+    name: str
+    source: str
+    destination: str
+    include: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+    replication_factor: int | None = Field(default=None, ge=1)
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        if not _ROUTE_NAME.match(value):
+            raise ValueError("must be 1-100 characters of letters, digits, '.', '_' or '-'")
+        return value
+
+    @field_validator("include", "exclude")
+    @classmethod
+    def _valid_patterns(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
+        return patterns
+
+    def matches(self, topic: str) -> bool:
+        """Whether a source topic is picked up by this route's patterns."""
+        if topic.startswith("__"):  # Kafka-internal topics are never replicated by pattern
+            return False
+        included = any(re.fullmatch(p, topic) for p in self.include)
+        return included and not any(re.fullmatch(p, topic) for p in self.exclude)
+
+
+class ControllerConfig(_Model):
+    """The controller's REST API and control loop."""
+
+    listen: str = "127.0.0.1:9000"
+    api_token: str | None = None
+    refresh_interval_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise ValueError("must be host:port, e.g. 127.0.0.1:9000")
+        return value
+
+    @property
+    def host(self) -> str:
+        return self.listen.rpartition(":")[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+
+class WorkerConfig(_Model):
+    """Options shared by every worker; the worker id comes from the command line."""
+
+    commit_interval_s: float = Field(default=1.0, gt=0)
+    stats_interval_s: float = Field(default=2.0, gt=0)
+    drain_timeout_s: float = Field(default=30.0, gt=0)
+    revoke_timeout_s: float = Field(default=30.0, gt=0)
+
+
+class StraitConfig(_Model):
+    """The whole configuration file."""
+
+    zookeeper: ZookeeperConfig = Field(default_factory=ZookeeperConfig)
+    clusters: dict[str, dict[str, Any]]
+    routes: list[RouteConfig] = Field(min_length=1)
+    controller: ControllerConfig = Field(default_factory=ControllerConfig)
+    worker: WorkerConfig = Field(default_factory=WorkerConfig)
+
+    @model_validator(mode="after")
+    def _consistent_routes(self) -> StraitConfig:
+        seen: set[str] = set()
+        for index, route in enumerate(self.routes):
+            if route.name in seen:
+                raise ValueError(f"routes.{index}.name: duplicate route name {route.name!r}")
+            seen.add(route.name)
+            for role in ("source", "destination"):
+                cluster = getattr(route, role)
+                if cluster not in self.clusters:
+                    raise ValueError(
+                        f"routes.{index}.{role}: unknown cluster {cluster!r} "
+                        f"(clusters: {', '.join(sorted(self.clusters)) or 'none'})"
+                    )
+        return self
+
+    def route(self, name: str) -> RouteConfig | None:
+        return next((r for r in self.routes if r.name == name), None)
+
+
+def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> StraitConfig:
+    """Read, override from the environment, and validate a configuration file."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    return parse_config(raw, os.environ if environ is None else environ, origin=str(path))
+
+
+def parse_config(raw: Mapping[str, Any], environ: Mapping[str, str], origin: str = "config") -> StraitConfig:
+    """Validate an already-parsed configuration mapping after applying environment overrides."""
+    data = _apply_env(dict(raw), environ)
+    try:
+        return StraitConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{origin}: " + "; ".join(_describe(e) for e in exc.errors())) from exc
+
+
+def _describe(error: Any) -> str:
+    location = ".".join(str(part) for part in error["loc"])
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{location}: {message}" if location else message
+
+
+def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    for name, text in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__") if part]
+        if not path:
+            continue
+        node = data
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        # Text stays text: pydantic converts "2" or "true" for typed fields, whereas YAML
+        # would turn a token such as "12:30" into a (sexagesimal) number.
+        node[path[-1]] = None if text in ("null", "~") else text
+    return data

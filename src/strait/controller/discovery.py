@@ -1,0 +1,94 @@
+"""Which topics a route replicates, and how many partitions each has on the source.
+
+`plan_topic_updates` is pure: from the source's topic listing and the stored topic specs it
+derives the specs to write (topics picked up by a route's patterns, partition counts that
+grew). `SourceMetadata` is the I/O edge that lists a cluster's topics.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from confluent_kafka import KafkaException
+
+from strait import clients
+from strait.config import RouteConfig
+from strait.coordination.model import TopicSpec
+
+log = logging.getLogger(__name__)
+
+
+class MetadataUnavailable(Exception):
+    """The source cluster could not be asked for its topics."""
+
+    retriable = True
+
+
+def plan_topic_updates(
+    route: RouteConfig,
+    source_topics: Mapping[str, int],
+    specs: Mapping[tuple[str, str], TopicSpec],
+    removed: frozenset[tuple[str, str]],
+) -> list[TopicSpec]:
+    """Specs to write for `route`: new pattern matches, and topics whose partitions grew.
+
+    A topic removed through the API stays out until it is added again explicitly, even if a
+    pattern matches it. Partition counts only grow (Kafka cannot shrink a topic); a topic that
+    vanished from the source keeps its spec so that its checkpoints stay meaningful.
+    """
+    updates: list[TopicSpec] = []
+    for topic, count in sorted(source_topics.items()):
+        spec = specs.get((route.name, topic))
+        if spec is None:
+            if route.matches(topic) and (route.name, topic) not in removed:
+                updates.append(
+                    TopicSpec(
+                        route=route.name,
+                        topic=topic,
+                        destination_topic=topic,
+                        origin="pattern",
+                        partitions=count,
+                    )
+                )
+        elif count > spec.partitions:
+            updates.append(
+                TopicSpec(
+                    route=spec.route,
+                    topic=spec.topic,
+                    destination_topic=spec.destination_topic,
+                    start=spec.start,
+                    origin=spec.origin,
+                    partitions=count,
+                )
+            )
+    return updates
+
+
+class SourceMetadata:
+    """Lists topics and partition counts of the configured clusters (one admin client each)."""
+
+    def __init__(self, clusters: Mapping[str, Mapping[str, object]], timeout_s: float = 5.0) -> None:
+        self._clusters = clusters
+        self._timeout_s = timeout_s
+        self._admins: dict[str, object] = {}
+
+    def topics(self, cluster: str) -> dict[str, int]:
+        """Topic name -> partition count on `cluster`."""
+        admin = self._admins.get(cluster)
+        if admin is None:
+            admin = clients.admin(self._clusters[cluster])
+            self._admins[cluster] = admin
+        try:
+            metadata = admin.list_topics(timeout=self._timeout_s)  # type: ignore[attr-defined]
+        except KafkaException as exc:
+            raise MetadataUnavailable(f"cannot list topics of cluster {cluster!r}: {exc}") from exc
+        return {
+            name: len(topic.partitions)
+            for name, topic in metadata.topics.items()
+            if topic.error is None and topic.partitions
+        }
+
+    def partition_count(self, cluster: str, topic: str) -> int | None:
+        """Partitions of one topic, or None when it does not exist on `cluster`."""
+        return self.topics(cluster).get(topic)

@@ -1,0 +1,185 @@
+"""The controller's control loop: win leadership, then keep the assignment right.
+
+Each cycle reads one snapshot of the store, decides with pure functions (topic discovery,
+`assign`, `plan_handover`) and writes the assignment with a compare-and-set fenced by the
+leader epoch. The loop wakes on store watches (a worker joins or dies, a topic is added or
+removed, a drain is requested), on the metadata refresh interval, and quickly while a
+hand-over waits for an old owner to let go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+
+from strait.config import StraitConfig
+from strait.controller.assignment import assign
+from strait.controller.discovery import MetadataUnavailable, SourceMetadata, plan_topic_updates
+from strait.controller.handover import plan_handover
+from strait.controller.invariants import violations
+from strait.controller.rates import RateTracker
+from strait.coordination.model import ClusterSnapshot, LeaderInfo, PartitionKey, SessionState
+from strait.coordination.store import CoordinationStore, StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+# While a partition waits for its old owner to release it, look again this often.
+_HANDOVER_POLL_S = 0.2
+_STANDBY_POLL_S = 1.0
+_FAILED_CYCLE_BACKOFF_S = 5.0
+
+
+class Controller:
+    """One controller node: leader or standby, decided by the store."""
+
+    def __init__(
+        self,
+        *,
+        config: StraitConfig,
+        store: CoordinationStore,
+        metadata: SourceMetadata,
+        identity: LeaderInfo,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.metadata = metadata
+        self.identity = identity
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._next_refresh = 0.0
+        self._targets: dict[PartitionKey, str] = {}
+        self._rates = RateTracker()
+        self.cycles = 0
+
+    @property
+    def leading(self) -> bool:
+        return self.store.holds_leadership()
+
+    def wake(self) -> None:
+        """Run a cycle now (something changed)."""
+        self._wake.set()
+
+    def refresh_soon(self) -> None:
+        """Re-read source metadata on the next cycle (e.g. a topic was just added)."""
+        self._next_refresh = 0.0
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        """Loop until `stop`; leadership is released on the way out."""
+        self.store.on_session_change(self._on_session)
+        self.store.watch_cluster(self.wake)
+        try:
+            while not self._stop.is_set():
+                timeout = self._step()
+                self._wake.wait(timeout)
+                self._wake.clear()
+        finally:
+            # If the store is unreachable, the session ends with the process and the node with it.
+            with contextlib.suppress(StoreUnavailable):
+                self.store.release_leadership()
+
+    def _on_session(self, state: SessionState) -> None:
+        if state is not SessionState.CONNECTED:
+            log.warning("ZooKeeper session %s: leader work stops until it is trusted again", state.value)
+        self.wake()
+
+    def _step(self) -> float:
+        """One pass of the loop; returns how long to sleep unless woken."""
+        try:
+            if not self.store.holds_leadership():
+                self._targets.clear()
+                if not self.store.attempt_to_acquire_leadership(self.identity):
+                    return _STANDBY_POLL_S
+                log.info("controller %s is now the leader", self.identity.id)
+                self._next_refresh = 0.0
+            pending = self.cycle()
+        except StoreUnavailable as exc:
+            log.warning("coordination store unavailable, not acting as leader: %s", exc)
+            return _STANDBY_POLL_S
+        except Exception:
+            # A leader that cannot finish its cycles must not keep the seat: a standby may do
+            # better. Release, back off, and compete again.
+            log.exception("control cycle failed; giving up leadership")
+            with contextlib.suppress(StoreUnavailable):
+                self.store.release_leadership()
+            return _FAILED_CYCLE_BACKOFF_S
+        if pending:
+            return _HANDOVER_POLL_S
+        return max(0.05, min(self._next_refresh - time.monotonic(), self.config.controller.refresh_interval_s))
+
+    def cycle(self) -> bool:
+        """Bring the written assignment in line with the cluster; True if a hand-over is pending."""
+        snapshot = self.store.snapshot()
+        if time.monotonic() >= self._next_refresh:
+            self._next_refresh = time.monotonic() + self.config.controller.refresh_interval_s
+            if self._refresh_topics(snapshot):
+                snapshot = self.store.snapshot()
+        self.cycles += 1
+        return self._reassign(snapshot)
+
+    def _refresh_topics(self, snapshot: ClusterSnapshot) -> bool:
+        """Pick up pattern-matched topics and grown partition counts; True if anything changed."""
+        changed = False
+        listings: dict[str, dict[str, int]] = {}
+        for route in self.config.routes:
+            try:
+                if route.source not in listings:
+                    listings[route.source] = self.metadata.topics(route.source)
+            except MetadataUnavailable as exc:
+                log.warning("%s", exc)
+                continue
+            for spec in plan_topic_updates(route, listings[route.source], snapshot.topics, snapshot.removed):
+                existing = snapshot.topics.get((spec.route, spec.topic))
+                if existing is None:
+                    if self.store.create_topic(spec) is None:
+                        log.info("route %s: topic %s matched a pattern, added", spec.route, spec.topic)
+                        changed = True
+                else:
+                    log.info(
+                        "route %s: topic %s grew from %d to %d partitions",
+                        spec.route,
+                        spec.topic,
+                        existing.partitions,
+                        spec.partitions,
+                    )
+                    self.store.update_topic(spec)
+                    changed = True
+        return changed
+
+    def _reassign(self, snapshot: ClusterSnapshot) -> bool:
+        partitions = snapshot.partitions()
+        self._rates.observe(snapshot.stats)
+        live = snapshot.live_workers()
+        assignable = sorted(w.id for w in live.values() if w.assignable)
+        holding = {w.id: w.holding for w in live.values()}
+        holder = {key: worker for worker, keys in holding.items() for key in keys}
+        written = snapshot.assignment.owners
+        current: dict[PartitionKey, str | None] = {}
+        for key in partitions:
+            # Where a partition is, or is on its way to: what was written, else the target of a
+            # hand-over in progress, else whoever still holds it.
+            current[key] = written.get(key) or self._targets.get(key) or holder.get(key)
+        desired = assign(self._rates.rates(partitions), assignable, current)
+        problems = violations(partitions, assignable, current, desired)
+        if problems:
+            log.error("assignment invariants violated (writing anyway): %s", "; ".join(problems))
+        plan = plan_handover(desired, written, holding)
+        self._targets = dict(desired)
+        if dict(plan) != dict(written):
+            if self.store.write_assignment(plan, snapshot.assignment.version):
+                moved = sum(1 for k, w in plan.items() if written.get(k) != w)
+                log.info(
+                    "assignment written: %d partitions on %d workers, %d changed",
+                    len(plan),
+                    len(assignable),
+                    moved + sum(1 for k in written if k not in plan),
+                )
+            else:
+                self.wake()  # lost a race: decide again from a fresh snapshot
+        return any(owner is None for owner in plan.values())

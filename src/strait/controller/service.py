@@ -1,0 +1,264 @@
+"""What the REST API can ask of a controller: reads from the store, validated writes to it.
+
+Every controller serves this, leader or standby. Writes go to ZooKeeper, the single source of
+truth, with create-if-absent semantics, so a standby can accept them safely: the leader sees
+them through its watches and acts within one cycle.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from strait.config import RouteConfig, StraitConfig
+from strait.controller.discovery import MetadataUnavailable, SourceMetadata
+from strait.controller.loop import Controller
+from strait.coordination.model import ClusterSnapshot, PartitionKey, Start, TopicSpec, WorkerState
+from strait.coordination.store import CoordinationStore
+
+# Kafka's own rule for topic names.
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+class ServiceError(Exception):
+    """A request the controller cannot honour; `kind` says why (mapped to an HTTP status)."""
+
+    kind = "invalid"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(ServiceError):
+    kind = "invalid"
+
+
+class NotFound(ServiceError):
+    kind = "not_found"
+
+
+class Conflict(ServiceError):
+    kind = "conflict"
+
+
+class Unavailable(ServiceError):
+    kind = "unavailable"
+
+
+@dataclass(frozen=True)
+class TopicRequest:
+    """Settings of a topic to add; `None` means "the default"."""
+
+    route: str | None = None
+    destination_topic: str | None = None
+    start: Start | None = None
+
+
+def validate_topic_name(name: str, what: str = "topic") -> None:
+    if not _TOPIC_NAME.match(name) or name in (".", ".."):
+        raise InvalidRequest(f"invalid {what} name {name!r}: use 1-249 letters, digits, '.', '_' or '-'")
+
+
+class ControllerService:
+    """Operations behind the REST API."""
+
+    def __init__(
+        self,
+        *,
+        config: StraitConfig,
+        store: CoordinationStore,
+        metadata: SourceMetadata,
+        controller: Controller | None = None,
+        controller_id: str = "",
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.metadata = metadata
+        self.controller = controller
+        self.controller_id = controller_id
+
+    # --- reads ---------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        leader = self.store.leader()
+        return {
+            "status": "ok",
+            "leader": self.store.holds_leadership(),
+            "id": self.controller_id,
+            "leader_id": leader.id if leader else None,
+            "leader_api": leader.api_url if leader else None,
+            "zookeeper": self.store.session_state().value,
+        }
+
+    def routes(self) -> list[dict[str, Any]]:
+        topics = self.store.topics()
+        return [
+            {
+                "name": r.name,
+                "source": r.source,
+                "destination": r.destination,
+                "include": r.include,
+                "exclude": r.exclude,
+                "replication_factor": r.replication_factor,
+                "topics": sum(1 for route, _ in topics if route == r.name),
+            }
+            for r in self.config.routes
+        ]
+
+    def topics(self) -> list[dict[str, Any]]:
+        snapshot = self.store.snapshot()
+        return [self._topic_summary(snapshot, spec) for _, spec in sorted(snapshot.topics.items())]
+
+    def topic(self, topic: str, route: str | None) -> dict[str, Any]:
+        snapshot = self.store.snapshot()
+        matches = [s for (r, t), s in sorted(snapshot.topics.items()) if t == topic and route in (None, r)]
+        if route is not None:
+            self._route(route)
+        if not matches:
+            where = f" on route {route!r}" if route else ""
+            raise NotFound(f"topic {topic!r} is not replicated{where}")
+        if len(matches) > 1:
+            routes = ", ".join(s.route for s in matches)
+            raise InvalidRequest(f"topic {topic!r} is replicated on several routes ({routes}): pass ?route=")
+        spec = matches[0]
+        summary = self._topic_summary(snapshot, spec)
+        stats = _partition_stats(snapshot)
+        summary["partition_detail"] = [
+            {
+                "partition": p,
+                "worker": snapshot.assignment.owners.get(PartitionKey(spec.route, spec.topic, p)),
+                **stats.get(str(PartitionKey(spec.route, spec.topic, p)), {}),
+            }
+            for p in range(spec.partitions)
+        ]
+        return summary
+
+    def workers(self) -> list[dict[str, Any]]:
+        snapshot = self.store.snapshot()
+        stats = snapshot.stats
+        rows = []
+        for worker in sorted(snapshot.workers.values(), key=lambda w: w.id):
+            assigned = sorted(snapshot.assignment.of_worker(worker.id))
+            state = worker.state
+            if worker.live and worker.drain_requested and state is not WorkerState.LEFT:
+                state = WorkerState.DRAINING
+            report = stats.get(worker.id, {})
+            rows.append(
+                {
+                    "id": worker.id,
+                    "state": state.value,
+                    "host": worker.host,
+                    "pid": worker.pid,
+                    "routes": sorted({k.route for k in assigned} | {k.route for k in worker.holding}),
+                    "partitions": [str(k) for k in assigned],
+                    "holding": sorted(str(k) for k in worker.holding),
+                    "records_copied": sum(int(p.get("records", 0)) for p in report.get("partitions", {}).values()),
+                    "lag": sum(int(p.get("lag") or 0) for p in report.get("partitions", {}).values()),
+                }
+            )
+        return rows
+
+    def assignment(self) -> dict[str, str | None]:
+        return {str(k): w for k, w in sorted(self.store.read_assignment().owners.items())}
+
+    # --- writes --------------------------------------------------------------------------
+    def add_topic(self, topic: str, request: TopicRequest) -> tuple[bool, dict[str, Any]]:
+        """Add a topic to a route; returns (created, topic). Same settings again is not an error."""
+        validate_topic_name(topic)
+        route = self._route(request.route)
+        destination = request.destination_topic or topic
+        validate_topic_name(destination, "destination_topic")
+        try:
+            partitions = self.metadata.partition_count(route.source, topic)
+        except MetadataUnavailable as exc:
+            raise Unavailable(str(exc)) from exc
+        if partitions is None:
+            raise NotFound(f"topic {topic!r} does not exist on source cluster {route.source!r}")
+        spec = TopicSpec(
+            route=route.name,
+            topic=topic,
+            destination_topic=destination,
+            start=request.start or "earliest",
+            origin="api",
+            partitions=partitions,
+        )
+        existing = self.store.create_topic(spec)
+        if existing is not None:
+            if existing.settings() != spec.settings():
+                raise Conflict(
+                    f"topic {topic!r} is already replicated on route {route.name!r} with different settings "
+                    f"(destination_topic={existing.destination_topic!r}, start={existing.start!r}); "
+                    "remove it first to change them"
+                )
+            spec = existing
+        if self.controller is not None:
+            self.controller.wake()
+        return existing is None, self._describe(spec)
+
+    def remove_topic(self, topic: str, route_name: str | None) -> None:
+        validate_topic_name(topic)
+        route = self._route(route_name)
+        if not self.store.delete_topic(route.name, topic):
+            raise NotFound(f"topic {topic!r} is not replicated on route {route.name!r}")
+        if self.controller is not None:
+            self.controller.wake()
+
+    def drain(self, worker_id: str) -> dict[str, Any]:
+        snapshot = self.store.snapshot()
+        worker = snapshot.workers.get(worker_id)
+        if worker is None or not worker.live:
+            raise NotFound(f"worker {worker_id!r} is not live")
+        self.store.request_drain(worker_id)
+        return {"id": worker_id, "state": WorkerState.DRAINING.value}
+
+    # --- helpers -------------------------------------------------------------------------
+    def _route(self, name: str | None) -> RouteConfig:
+        if name is None:
+            if len(self.config.routes) == 1:
+                return self.config.routes[0]
+            names = ", ".join(r.name for r in self.config.routes)
+            raise InvalidRequest(f"route is required when there are several routes ({names})")
+        route = self.config.route(name)
+        if route is None:
+            names = ", ".join(r.name for r in self.config.routes)
+            raise InvalidRequest(f"unknown route {name!r} (routes: {names})")
+        return route
+
+    @staticmethod
+    def _describe(spec: TopicSpec) -> dict[str, Any]:
+        return {
+            "route": spec.route,
+            "topic": spec.topic,
+            "destination_topic": spec.destination_topic,
+            "start": spec.start,
+            "origin": spec.origin,
+            "partitions": spec.partitions,
+        }
+
+    def _topic_summary(self, snapshot: ClusterSnapshot, spec: TopicSpec) -> dict[str, Any]:
+        live = {w.id for w in snapshot.workers.values() if w.live}
+        owners = [
+            snapshot.assignment.owners.get(PartitionKey(spec.route, spec.topic, p)) for p in range(spec.partitions)
+        ]
+        if spec.partitions and all(o in live for o in owners):
+            state = "replicating"
+        elif not live:
+            state = "waiting-for-workers"
+        else:
+            state = "assigning"
+        return {**self._describe(spec), "state": state}
+
+
+def _partition_stats(snapshot: ClusterSnapshot) -> dict[str, dict[str, Any]]:
+    """Per-partition stats, preferring the report of the partition's assigned owner."""
+    merged: dict[str, dict[str, Any]] = {}
+    for worker_id, report in snapshot.stats.items():
+        for key, entry in dict(report.get("partitions", {})).items():
+            try:
+                owner = snapshot.assignment.owners.get(PartitionKey.parse(key))
+            except ValueError:
+                continue
+            if owner == worker_id or key not in merged:
+                merged[key] = dict(entry)
+    return merged

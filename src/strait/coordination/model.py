@@ -1,0 +1,171 @@
+"""Immutable pictures of the coordination state, as the controller and workers see it.
+
+Each control cycle reads one `ClusterSnapshot`, decides, then writes with a version check:
+nothing here does I/O, so decisions made from a snapshot are pure and testable.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+Start = Literal["earliest", "latest"]
+Origin = Literal["api", "pattern"]
+
+
+class PartitionKey(NamedTuple):
+    """One source partition of one route: the unit the controller assigns to a worker."""
+
+    route: str
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.route}/{self.topic}/{self.partition}"
+
+    @classmethod
+    def parse(cls, text: str) -> PartitionKey:
+        route, topic, partition = text.split("/")
+        return cls(route, topic, int(partition))
+
+
+class WorkerState(enum.StrEnum):
+    """A worker's lifecycle, set only by automation (the worker itself and the controller)."""
+
+    JOINING = "joining"  # registered, has not applied its first assignment yet
+    ACTIVE = "active"  # copying what it is assigned
+    DRAINING = "draining"  # handing its partitions to others before leaving
+    LEFT = "left"  # finished draining and deregistered
+    DEAD = "dead"  # its ZooKeeper session ended without a clean exit
+
+
+class SessionState(enum.StrEnum):
+    """What the coordination session can be trusted for."""
+
+    CONNECTED = "connected"
+    SUSPENDED = "suspended"  # connection lost, session may still exist: do not act on it
+    LOST = "lost"  # session expired: ephemeral nodes (leadership, registration) are gone
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic replicated on a route, with the settings it was added with."""
+
+    route: str
+    topic: str
+    destination_topic: str
+    start: Start = "earliest"
+    origin: Origin = "api"
+    partitions: int = 0  # source partition count last seen by the controller
+
+    def settings(self) -> tuple[str, str]:
+        """The user-chosen settings; two specs with equal settings are the same request."""
+        return (self.destination_topic, self.start)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "destination_topic": self.destination_topic,
+            "start": self.start,
+            "origin": self.origin,
+            "partitions": self.partitions,
+        }
+
+    @classmethod
+    def from_json(cls, route: str, topic: str, data: Mapping[str, Any]) -> TopicSpec:
+        return cls(
+            route=route,
+            topic=topic,
+            destination_topic=str(data.get("destination_topic") or topic),
+            start="latest" if data.get("start") == "latest" else "earliest",
+            origin="pattern" if data.get("origin") == "pattern" else "api",
+            partitions=int(data.get("partitions", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """A worker as registered in the store.
+
+    `holding` is what the worker is really copying right now; it lags the assignment while a
+    hand-over is in progress, and the controller gives a partition to a new owner only once
+    no live worker holds it any more (clean hand-over: no duplicates).
+    """
+
+    id: str
+    state: WorkerState
+    live: bool = True
+    host: str = ""
+    pid: int = 0
+    holding: frozenset[PartitionKey] = frozenset()
+    drain_requested: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state.value,
+            "host": self.host,
+            "pid": self.pid,
+            "holding": sorted(str(k) for k in self.holding),
+        }
+
+    @classmethod
+    def from_json(cls, worker_id: str, data: Mapping[str, Any], *, live: bool, drain: bool) -> WorkerRecord:
+        try:
+            state = WorkerState(data.get("state", "joining"))
+        except ValueError:
+            state = WorkerState.JOINING
+        return cls(
+            id=worker_id,
+            state=state,
+            live=live,
+            host=str(data.get("host", "")),
+            pid=int(data.get("pid", 0)),
+            holding=frozenset(PartitionKey.parse(k) for k in data.get("holding", [])),
+            drain_requested=drain,
+        )
+
+    @property
+    def assignable(self) -> bool:
+        """Whether the controller may give this worker partitions."""
+        return self.live and not self.drain_requested and self.state in (WorkerState.JOINING, WorkerState.ACTIVE)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """partition -> worker id, as written; `None` marks a partition waiting for its old owner to
+    release it. `version` is the store's version of the node, for compare-and-set."""
+
+    owners: Mapping[PartitionKey, str | None] = field(default_factory=dict)
+    version: int = -1
+
+    def of_worker(self, worker_id: str) -> frozenset[PartitionKey]:
+        return frozenset(k for k, w in self.owners.items() if w == worker_id)
+
+
+@dataclass(frozen=True)
+class LeaderInfo:
+    """The controller currently holding leadership."""
+
+    id: str
+    api_url: str
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Everything a control cycle decides from, read at one moment."""
+
+    topics: Mapping[tuple[str, str], TopicSpec]
+    removed: frozenset[tuple[str, str]]
+    workers: Mapping[str, WorkerRecord]
+    stats: Mapping[str, Mapping[str, Any]]
+    assignment: Assignment
+    leader: LeaderInfo | None
+
+    def live_workers(self) -> dict[str, WorkerRecord]:
+        return {w.id: w for w in self.workers.values() if w.live}
+
+    def partitions(self) -> set[PartitionKey]:
+        return {
+            PartitionKey(spec.route, spec.topic, p) for spec in self.topics.values() for p in range(spec.partitions)
+        }

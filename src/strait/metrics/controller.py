@@ -1,0 +1,128 @@
+"""The controller's `/metrics`: the fleet as the observatory last saw it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from strait.coordination.model import PartitionKey, WorkerState
+from strait.metrics.observatory import Observatory
+
+PARTITION_LABELS = ["route", "topic", "partition"]
+
+
+def controller_registry(observatory: Observatory) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_ControllerCollector(observatory))
+    return registry
+
+
+class _ControllerCollector(Collector):
+    def __init__(self, observatory: Observatory) -> None:
+        self._observatory = observatory
+
+    def collect(self) -> Iterator[Any]:
+        view = self._observatory.view()
+        leader = GaugeMetricFamily("strait_controller_leader", "1 if this controller leads.", labels=["controller"])
+        leader.add_metric([self._observatory.controller_id], 1.0 if view.get("leader") else 0.0)
+        yield leader
+        if view.get("updated") is None:
+            return  # nothing sampled yet: absent series rather than misleading zeros
+        yield from self._fleet(view)
+        yield from self._partitions(view)
+        yield from self._balance(view)
+
+    def _fleet(self, view: dict[str, Any]) -> Iterator[Any]:
+        states = GaugeMetricFamily("strait_workers", "Workers by lifecycle state.", labels=["state"])
+        counts = view["workers_by_state"]
+        for state in WorkerState:
+            states.add_metric([state.value], counts.get(state.value, 0))
+        per_worker = GaugeMetricFamily(
+            "strait_worker_partitions", "Partitions assigned to each worker.", labels=["worker"]
+        )
+        hung = GaugeMetricFamily(
+            "strait_worker_hung", "1 if a live worker stopped publishing its stats.", labels=["worker"]
+        )
+        slow = GaugeMetricFamily(
+            "strait_worker_slow", "1 if a worker copies far less per partition than its peers.", labels=["worker"]
+        )
+        for worker in view["workers"]:
+            if worker["live"]:
+                per_worker.add_metric([worker["id"]], len(worker["partitions"]))
+                hung.add_metric([worker["id"]], 1.0 if worker["hung"] else 0.0)
+                slow.add_metric([worker["id"]], 1.0 if worker["slow"] else 0.0)
+        unassigned = GaugeMetricFamily("strait_unassigned_partitions", "Partitions without an owner right now.")
+        unassigned.add_metric([], view["unassigned"])
+        counters = view["counters"]
+        changes = CounterMetricFamily("strait_assignment_changes", "Partitions that moved to another worker.")
+        changes.add_metric([], counters["assignment_changes"])
+        topics = GaugeMetricFamily("strait_route_topics", "Topics replicated per route.", labels=["route"])
+        throughput = GaugeMetricFamily(
+            "strait_route_throughput_bytes_per_second",
+            "Bytes/s acknowledged by the destination, per route.",
+            labels=["route"],
+        )
+        for route in view["routes"]:
+            topics.add_metric([route["name"]], route["topics"])
+            throughput.add_metric([route["name"]], route["bytes_per_s"])
+        yield from (states, per_worker, hung, slow, unassigned, changes, topics, throughput)
+
+    def _partitions(self, view: dict[str, Any]) -> Iterator[Any]:
+        lag = GaugeMetricFamily(
+            "strait_committed_lag_records",
+            "Source end offset minus the committed checkpoint, read from the source cluster.",
+            labels=PARTITION_LABELS,
+        )
+        stalled = GaugeMetricFamily(
+            "strait_partition_stalled_seconds",
+            "How long a lagging partition's checkpoint has not moved.",
+            labels=PARTITION_LABELS,
+        )
+        for row in view["partitions"]:
+            labels = _labels(row["partition"])
+            if row["lag"] is not None:
+                lag.add_metric(labels, row["lag"])
+            stalled.add_metric(labels, row["stalled_s"])
+        topic_lag = GaugeMetricFamily(
+            "strait_topic_lag_records", "Committed lag summed per topic.", labels=["route", "topic"]
+        )
+        for name, value in view["lag_by_topic"].items():
+            route, topic = name.split("/", 1)
+            topic_lag.add_metric([route, topic], value)
+        stuck = GaugeMetricFamily(
+            "strait_partition_stuck", "1 while a partition is stuck.", labels=[*PARTITION_LABELS, "worker"]
+        )
+        flagged = GaugeMetricFamily("strait_healing_flagged_partitions", "Stuck partitions left for a person.")
+        stuck_count = GaugeMetricFamily("strait_stuck_partitions", "Partitions stuck right now.")
+        for row in view["stuck"]:
+            if row["stuck"]:
+                stuck.add_metric([*_labels(row["partition"]), row["worker"] or ""], 1.0)
+        stuck_count.add_metric([], sum(1 for r in view["stuck"] if r["stuck"]))
+        flagged.add_metric([], sum(1 for r in view["stuck"] if r["flagged"]))
+        moves = CounterMetricFamily("strait_healing_moves", "Stuck partitions moved to another worker.")
+        moves.add_metric([], view["counters"]["healing_moves"])
+        yield from (lag, stalled, topic_lag, stuck, stuck_count, flagged, moves)
+
+    def _balance(self, view: dict[str, Any]) -> Iterator[Any]:
+        moves = GaugeMetricFamily(
+            "strait_balance_moves", "Moves of the latest balancer execution by state.", labels=["cluster", "state"]
+        )
+        ratio = GaugeMetricFamily(
+            "strait_balance_progress_ratio",
+            "Finished fraction of the latest balancer execution.",
+            labels=["cluster", "execution", "status"],
+        )
+        for cluster, summary in sorted(dict(view.get("balance") or {}).items()):
+            for state, count in summary["by_state"].items():
+                moves.add_metric([cluster, state], count)
+            ratio.add_metric([cluster, summary["execution"], summary["status"]], summary["progress"])
+        yield from (moves, ratio)
+
+
+def _labels(partition: str) -> list[str]:
+    key = PartitionKey.parse(partition)
+    return [key.route, key.topic, str(key.partition)]

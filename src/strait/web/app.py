@@ -1,0 +1,115 @@
+"""The controller's REST API (FastAPI): HTTP in front of `ControllerService`.
+
+Errors are JSON `{"error": "<message naming the problem>"}`. When an API token is configured,
+every mutating call needs `Authorization: Bearer <token>`.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any, Literal
+
+from fastapi import Body, Depends, FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+
+from strait.controller.service import ControllerService, ServiceError, TopicRequest
+from strait.coordination.store import StoreUnavailable
+
+_STATUS = {"invalid": 400, "not_found": 404, "conflict": 409, "unavailable": 503}
+
+
+class TopicBody(BaseModel):
+    """Optional settings of `POST /topics/{topic}`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    route: str | None = None
+    destination_topic: str | None = None
+    start: Literal["earliest", "latest"] | None = None
+
+
+class Unauthorized(Exception):
+    """A mutating call without the configured bearer token."""
+
+
+def create_app(service: ControllerService, *, api_token: str | None) -> FastAPI:
+    """The API application for one controller."""
+    app = FastAPI(title="Strait controller", version="0.1.0")
+
+    def require_token(request: Request) -> None:
+        if api_token is None:
+            return
+        scheme, _, supplied = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(supplied.strip(), api_token):
+            raise Unauthorized()
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse({"error": exc.message}, status_code=_STATUS.get(exc.kind, 400))
+
+    @app.exception_handler(Unauthorized)
+    async def _unauthorized(_request: Request, _exc: Unauthorized) -> JSONResponse:
+        return JSONResponse(
+            {"error": "missing or wrong API token: send 'Authorization: Bearer <token>'"},
+            status_code=401,
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+    @app.exception_handler(StoreUnavailable)
+    async def _store_unavailable(_request: Request, exc: StoreUnavailable) -> JSONResponse:
+        return JSONResponse({"error": f"coordination store unavailable: {exc}"}, status_code=503)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for error in exc.errors():
+            where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+            problems.append(f"{where or 'body'}: {error.get('msg', 'invalid')}")
+        return JSONResponse({"error": "; ".join(problems)}, status_code=400)
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return service.health()
+
+    @app.get("/routes")
+    def routes() -> list[dict[str, Any]]:
+        return service.routes()
+
+    @app.get("/topics")
+    def topics() -> list[dict[str, Any]]:
+        return service.topics()
+
+    @app.get("/topics/{topic}")
+    def topic(topic: str, route: str | None = None) -> dict[str, Any]:
+        return service.topic(topic, route)
+
+    @app.post("/topics/{topic}", dependencies=[Depends(require_token)])
+    def add_topic(topic: str, response: Response, body: TopicBody | None = Body(default=None)) -> dict[str, Any]:
+        settings = body or TopicBody()
+        created, described = service.add_topic(
+            topic,
+            TopicRequest(route=settings.route, destination_topic=settings.destination_topic, start=settings.start),
+        )
+        response.status_code = 201 if created else 200
+        return described
+
+    @app.delete("/topics/{topic}", status_code=204, dependencies=[Depends(require_token)])
+    def remove_topic(topic: str, route: str | None = None) -> Response:
+        service.remove_topic(topic, route)
+        return Response(status_code=204)
+
+    @app.get("/workers")
+    def workers() -> list[dict[str, Any]]:
+        return service.workers()
+
+    @app.post("/workers/{worker_id}/drain", status_code=202, dependencies=[Depends(require_token)])
+    def drain(worker_id: str) -> dict[str, Any]:
+        return service.drain(worker_id)
+
+    @app.get("/assignment")
+    def assignment() -> dict[str, str | None]:
+        return service.assignment()
+
+    return app

@@ -1,0 +1,76 @@
+"""The controller's observability endpoints and the live dashboard at `/ui`.
+
+- `GET /metrics`: the controller's Prometheus metrics (workers serve their own).
+- `GET /metrics/targets`: Prometheus HTTP service discovery of the workers' `/metrics`.
+- `GET /observability`: the figures and time series behind the dashboard (JSON).
+- `GET /partitions/stuck`, `GET /workers/slow`: the healing and slow-worker reports.
+- `GET /ui`: the dashboard, a static page that polls `/observability`.
+
+The page's charting library is vendored into `static/vendor/` at build time from the npm
+registry (`scripts/vendor_ui.sh`), never committed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, FastAPI, Response
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from strait.metrics.controller import controller_registry
+from strait.metrics.observatory import Observatory
+
+STATIC = Path(__file__).parent / "static"
+
+
+def mount_observability(app: FastAPI, observatory: Observatory) -> None:
+    """Add the observability endpoints and the dashboard to the controller's API."""
+    app.include_router(_router(observatory))
+    app.mount("/ui/static", StaticFiles(directory=STATIC, check_dir=False), name="ui-static")
+
+
+def _router(observatory: Observatory) -> APIRouter:
+    router = APIRouter()
+    registry = controller_registry(observatory)
+
+    @router.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @router.get("/metrics/targets")
+    def targets() -> list[dict[str, Any]]:
+        out = []
+        for worker in observatory.view().get("workers", []):
+            url = worker.get("metrics_url")
+            if worker.get("live") and url:
+                parts = urlsplit(url)
+                out.append(
+                    {
+                        "targets": [parts.netloc],
+                        "labels": {"worker": worker["id"], "__metrics_path__": parts.path or "/metrics"},
+                    }
+                )
+        return out
+
+    @router.get("/observability")
+    def observability() -> dict[str, Any]:
+        return {**observatory.view(), "charts": observatory.charts()}
+
+    @router.get("/partitions/stuck")
+    def stuck() -> list[dict[str, Any]]:
+        return list(observatory.view().get("stuck", []))
+
+    @router.get("/workers/slow")
+    def slow() -> dict[str, Any]:
+        view = observatory.view()
+        return {"slow": view.get("slow_workers", []), "hung": view.get("hung_workers", [])}
+
+    @router.get("/ui", include_in_schema=False)
+    def ui() -> FileResponse:
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    return router

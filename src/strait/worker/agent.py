@@ -1,0 +1,352 @@
+"""The worker agent: registers the worker, follows its assignment, drives the copiers.
+
+No consumer group and no rebalance: the controller decides, the agent is told through a
+watch, and each route's copier adds or removes partitions in place.
+
+Hand-over protocol (see `strait.controller.handover`): the agent publishes the partitions it
+*holds*. It announces a partition before it starts copying it, and withdraws it only after the
+copier has revoked it (in-flight records acknowledged, checkpoint committed). The controller
+gives a partition to a new owner only when no live worker holds it, so two workers never copy
+the same partition and a clean hand-over neither loses nor duplicates a record.
+
+Lifecycle: joining (registered) -> active (first assignment applied) -> draining (SIGTERM or
+`POST /workers/{id}/drain`: the controller moves every partition away) -> left (deregistered).
+A worker whose session ends without leaving is shown as dead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
+from typing import Any, Protocol
+
+from strait.config import RouteConfig, StraitConfig
+from strait.coordination.model import (
+    Assignment,
+    PartitionKey,
+    SessionState,
+    WorkerRecord,
+    WorkerState,
+)
+from strait.coordination.retry import RetryPolicy
+from strait.coordination.store import CoordinationStore, StoreUnavailable, WorkerIdTaken
+from strait.worker.task import PartitionTask
+
+log = logging.getLogger(__name__)
+
+
+def checkpoint_group(route: str) -> str:
+    """The source-cluster consumer group holding a route's checkpoints."""
+    return f"strait-{route}"
+
+
+class RouteCopier(Protocol):
+    """What the agent needs of a copier (one per route); `strait.worker.copier.Copier` is one."""
+
+    def start(self) -> None: ...
+    def assign(self, tasks: Iterable[PartitionTask]) -> None: ...
+    def revoke(self, tasks: Iterable[PartitionTask], timeout_s: float = 30) -> None: ...
+    def assigned(self) -> set[PartitionTask]: ...
+    def stats(self) -> Mapping[Any, Any]: ...
+    def stop(self, drain: bool = True, timeout_s: float = 30) -> None: ...
+
+
+CopierFactory = Callable[[RouteConfig], RouteCopier]
+
+
+def copier_factory(config: StraitConfig, worker_id: str) -> CopierFactory:
+    """Build the data-path copier of a route from the configuration."""
+
+    def make(route: RouteConfig) -> RouteCopier:
+        from strait.worker.copier import Copier
+
+        return Copier(
+            route=route.name,
+            source=config.clusters[route.source],
+            destination=config.clusters[route.destination],
+            group_id=checkpoint_group(route.name),
+            worker_id=worker_id,
+            replication_factor=route.replication_factor,
+            commit_interval_s=config.worker.commit_interval_s,
+        )
+
+    return make
+
+
+class WorkerAgent:
+    """One worker process's link between the store and its copiers."""
+
+    def __init__(
+        self,
+        *,
+        config: StraitConfig,
+        worker_id: str,
+        store: CoordinationStore,
+        make_copier: CopierFactory,
+    ) -> None:
+        self.config = config
+        self.id = worker_id
+        self.store = store
+        self._make_copier = make_copier
+        self._copiers: dict[str, RouteCopier] = {}
+        self._tasks: dict[PartitionKey, PartitionTask] = {}  # what this worker holds
+        self._state = WorkerState.JOINING
+        self._wake = threading.Event()
+        self._drain = threading.Event()
+        self._session_lost = False
+        self._drain_deadline = float("inf")
+        self._next_stats = 0.0
+
+    @property
+    def state(self) -> WorkerState:
+        return self._state
+
+    @property
+    def drain_requested(self) -> bool:
+        return self._drain.is_set()
+
+    def request_drain(self) -> None:
+        """Hand every partition over and leave (SIGTERM lands here). Safe from signal handlers."""
+        self._drain.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        """Register, copy what is assigned until drained, then leave."""
+        self.store.clear_drain_request(self.id)  # a request addressed to a previous incarnation
+        self._register()
+        self.store.on_session_change(self._on_session)
+        self.store.watch_assignment(self._on_assignment)
+        self.store.watch_drain(self.id, self._on_drain_node)
+        for route in self.config.routes:
+            copier = self._make_copier(route)
+            copier.start()
+            self._copiers[route.name] = copier
+        try:
+            while self._state is not WorkerState.LEFT:
+                self._wake.wait(self._timeout())
+                self._wake.clear()
+                try:
+                    self._step()
+                except StoreUnavailable as exc:
+                    # Keep copying what we hold: the controller moves it only if our session
+                    # ends, and then `_on_session` stops us.
+                    log.warning("coordination store unavailable: %s", exc)
+                    time.sleep(0.5)
+                except Exception:
+                    # Checkpoints cover only acknowledged records, so stopping is safe; the
+                    # session ends with the process and the controller moves our partitions.
+                    log.exception("worker %s failed; stopping", self.id)
+                    raise
+        finally:
+            self._shutdown()
+
+    # --- events (kazoo threads: set flags only) ------------------------------------------
+    def _on_assignment(self, _assignment: Assignment) -> None:
+        self._wake.set()
+
+    def _on_drain_node(self, present: bool) -> None:
+        if present:
+            self._drain.set()
+        self._wake.set()
+
+    def _on_session(self, state: SessionState) -> None:
+        if state is SessionState.LOST:
+            # Our registration is gone and the controller is giving our partitions away.
+            self._session_lost = True
+        self._wake.set()
+
+    # --- the loop ------------------------------------------------------------------------
+    def _timeout(self) -> float:
+        if self._state is WorkerState.DRAINING:
+            return 0.2
+        return max(0.05, min(self._next_stats - time.monotonic(), self.config.worker.stats_interval_s))
+
+    def _step(self) -> None:
+        if self._session_lost:
+            self._recover_session()
+            return
+        if self._drain.is_set() and self._state is not WorkerState.DRAINING:
+            self._begin_drain()
+        if self._state is WorkerState.DRAINING and time.monotonic() > self._drain_deadline:
+            # No controller moved our partitions in time (none running, or the store is
+            # down): commit what was acknowledged and leave; the next owner resumes from there.
+            log.warning("drain timed out; releasing %d partitions without a new owner", len(self._tasks))
+            tasks = dict(self._tasks)
+            for route, batch in _by_route(tasks).items():
+                self._copiers[route].revoke(batch, timeout_s=self.config.worker.revoke_timeout_s)
+            self._tasks.clear()
+            self._leave()
+            return
+        assignment = self.store.read_assignment()
+        self._apply(assignment)
+        if self._state is WorkerState.JOINING:
+            self._set_state(WorkerState.ACTIVE)
+        if self._state is WorkerState.DRAINING and not self._tasks and not assignment.of_worker(self.id):
+            self._leave()
+            return
+        if time.monotonic() >= self._next_stats:
+            self._publish_stats()
+
+    def _begin_drain(self) -> None:
+        log.info("worker %s draining", self.id)
+        self._drain_deadline = time.monotonic() + self.config.worker.drain_timeout_s
+        self._set_state(WorkerState.DRAINING)
+        # The drain node wakes the controller at once (it watches drain requests).
+        self.store.request_drain(self.id)
+
+    def _apply(self, assignment: Assignment) -> None:
+        mine = assignment.of_worker(self.id)
+        gone = set(self._tasks) - mine
+        if gone:
+            self._release(gone)
+        new = mine - set(self._tasks)
+        if not new:
+            return
+        tasks = self._tasks_for(new)
+        # Announce before starting, then make sure the assignment did not move meanwhile:
+        # the controller only hands a partition on once nobody announces holding it.
+        self._publish_holding(set(self._tasks) | set(tasks))
+        latest = self.store.read_assignment()
+        if latest.version != assignment.version:
+            still_mine = latest.of_worker(self.id)
+            tasks = {k: t for k, t in tasks.items() if k in still_mine}
+        for route, batch in _by_route(tasks).items():
+            self._copiers[route].assign(batch)
+        self._tasks.update(tasks)
+        self._publish_holding(set(self._tasks))
+        log.info("started %d partitions (now %d)", len(tasks), len(self._tasks))
+
+    def _release(self, keys: set[PartitionKey]) -> None:
+        tasks = {k: self._tasks[k] for k in keys if k in self._tasks}
+        for route, batch in _by_route(tasks).items():
+            self._copiers[route].revoke(batch, timeout_s=self.config.worker.revoke_timeout_s)
+        for key in keys:
+            self._tasks.pop(key, None)
+        if not self._session_lost:
+            self._publish_holding(set(self._tasks))
+        log.info("released %d partitions (now %d)", len(tasks), len(self._tasks))
+
+    def _tasks_for(self, keys: AbstractSet[PartitionKey]) -> dict[PartitionKey, PartitionTask]:
+        # Read the specs afresh: a topic removed and added again may have new settings.
+        specs = self.store.topics()
+        tasks = {}
+        for key in keys:
+            spec = specs.get((key.route, key.topic))
+            if spec is None or key.route not in self._copiers:
+                log.warning("assigned %s but its topic or route is unknown here; skipping", key)
+                continue
+            tasks[key] = PartitionTask(
+                route=key.route,
+                topic=key.topic,
+                partition=key.partition,
+                destination_topic=spec.destination_topic,
+                start=spec.start,
+            )
+        return tasks
+
+    def _recover_session(self) -> None:
+        log.warning("ZooKeeper session lost: stopping all partitions, then registering again")
+        self._release(set(self._tasks))
+        if self.store.session_state() is not SessionState.CONNECTED:
+            return
+        self._session_lost = False
+        self._register()
+        if self._state is WorkerState.DRAINING:
+            self.store.request_drain(self.id)
+
+    # --- registration and reports ------------------------------------------------------
+    def _record(self, holding: set[PartitionKey] | None = None) -> WorkerRecord:
+        return WorkerRecord(
+            id=self.id,
+            state=self._state,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            holding=frozenset(self._tasks if holding is None else holding),
+        )
+
+    def _register(self) -> None:
+        # A previous incarnation killed with -9 holds the id until its session expires.
+        deadline = self.config.zookeeper.session_timeout_s * 2 + 10
+        policy = RetryPolicy(
+            max_tries=1000,
+            delay_s=0.5,
+            max_delay_s=1.0,
+            deadline_s=deadline,
+            retry_on=lambda exc: isinstance(exc, WorkerIdTaken | StoreUnavailable),
+        )
+        policy.call(lambda: self.store.register_worker(self._record()))
+        log.info("worker %s registered (%s)", self.id, self._state.value)
+
+    def _set_state(self, state: WorkerState) -> None:
+        self._state = state
+        self.store.update_worker(self._record())
+        log.info("worker %s is %s", self.id, state.value)
+
+    def _leave(self) -> None:
+        self._state = WorkerState.LEFT
+        try:
+            self.store.deregister_worker(self._record())
+        except StoreUnavailable as exc:
+            log.warning("could not deregister (%s); the registration ends with the session", exc)
+        log.info("worker %s is %s", self.id, self._state.value)
+
+    def _publish_holding(self, holding: set[PartitionKey]) -> None:
+        self.store.update_worker(self._record(holding))
+
+    def _publish_stats(self) -> None:
+        self._next_stats = time.monotonic() + self.config.worker.stats_interval_s
+        partitions: dict[str, dict[str, Any]] = {}
+        for copier in self._copiers.values():
+            for task, entry in copier.stats().items():
+                partitions[str(task)] = normalise_stats(entry)
+        self.store.publish_stats(
+            self.id, {"updated": time.time(), "state": self._state.value, "partitions": partitions}
+        )
+
+    def _shutdown(self) -> None:
+        for copier in self._copiers.values():
+            try:
+                copier.stop(drain=True, timeout_s=self.config.worker.revoke_timeout_s)
+            except Exception:
+                log.exception("copier did not stop cleanly")
+        self.store.close()
+
+
+def normalise_stats(entry: Any) -> dict[str, Any]:
+    """A copier's per-partition stats as JSON-friendly values under Strait's common names."""
+    if isinstance(entry, Mapping):
+        source: Mapping[str, Any] = entry
+    elif callable(getattr(entry, "as_dict", None)):
+        source = entry.as_dict()
+    else:
+        source = getattr(entry, "__dict__", {})
+    out: dict[str, Any] = {}
+    for name, value in source.items():
+        if isinstance(value, str | int | float | bool) or value is None:
+            out[str(name)] = value
+    for common, aliases in _STAT_ALIASES.items():
+        if common not in out:
+            for alias in aliases:
+                if alias in out:
+                    out[common] = out[alias]
+                    break
+    return out
+
+
+_STAT_ALIASES = {
+    "records": ("copied_records", "records_copied"),
+    "bytes": ("copied_bytes", "bytes_copied"),
+    "checkpoint": ("committed", "position"),
+}
+
+
+def _by_route(tasks: Mapping[PartitionKey, PartitionTask]) -> dict[str, list[PartitionTask]]:
+    grouped: dict[str, list[PartitionTask]] = {}
+    for task in tasks.values():
+        grouped.setdefault(task.route, []).append(task)
+    return grouped

@@ -1,0 +1,140 @@
+"""Which source offset is safe to commit, given the records the destination acknowledged.
+
+Pure bookkeeping, no I/O. A partition's checkpoint is the offset a new owner must resume
+from so that nothing is lost: the end of the longest prefix of *sent* records that the
+destination has acknowledged. Source offsets are not dense (compaction, transaction markers,
+aborted records read with ``read_committed``), so the tracker remembers the offsets actually
+sent instead of assuming ``offset + 1`` is the next record.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Literal
+
+
+class OutOfOrderSend(ValueError):
+    """A record was sent whose offset is not above every offset sent before it."""
+
+
+class AckTracker:
+    """Tracks in-flight records of one partition and derives its checkpoint.
+
+    ``position`` starts at the offset copying starts from. Every sent record is registered with
+    :meth:`sent` in offset order; :meth:`acked` and :meth:`failed` may arrive in any order.
+    ``position`` only moves forward, and only past records that were acknowledged with every
+    record sent before them also acknowledged. A failed record pins ``position`` at its offset
+    until :meth:`rewind` starts over from there.
+    """
+
+    __slots__ = ("_acked", "_failed", "_last_sent", "_outstanding", "_position", "_sent_order")
+
+    def __init__(self, position: int) -> None:
+        if position < 0:
+            raise ValueError(f"position must be a real offset, got {position}")
+        self._position = position
+        self._last_sent = position - 1
+        # Offsets sent and not yet passed by the checkpoint, in send (= offset) order.
+        self._sent_order: deque[int] = deque()
+        # Offsets sent and neither acknowledged nor failed yet.
+        self._outstanding: set[int] = set()
+        # Acknowledged offsets still waiting for an earlier offset to be acknowledged.
+        self._acked: set[int] = set()
+        self._failed: set[int] = set()
+
+    @property
+    def position(self) -> int:
+        """The checkpoint: every record below it was acknowledged by the destination."""
+        return self._position
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the last record sent: where fetching continues."""
+        return self._last_sent + 1
+
+    @property
+    def in_flight(self) -> int:
+        """Records sent and neither acknowledged nor failed yet."""
+        return len(self._outstanding)
+
+    @property
+    def pending(self) -> int:
+        """Records sent and not yet behind the checkpoint (in flight, acked early, or failed)."""
+        return len(self._sent_order)
+
+    @property
+    def blocked(self) -> bool:
+        """True when a failed record keeps the checkpoint from moving."""
+        return bool(self._failed)
+
+    def sent(self, offset: int) -> None:
+        """Register a record handed to the destination; offsets must increase."""
+        if offset <= self._last_sent:
+            raise OutOfOrderSend(f"offset {offset} sent after {self._last_sent}")
+        self._last_sent = offset
+        self._sent_order.append(offset)
+        self._outstanding.add(offset)
+
+    def acked(self, offset: int) -> bool:
+        """Record the destination's acknowledgement; True if the checkpoint moved."""
+        self._resolve(offset, self._acked)
+        return self._advance()
+
+    def failed(self, offset: int) -> None:
+        """Record that a sent record will never be acknowledged."""
+        self._resolve(offset, self._failed)
+
+    def skip_to(self, offset: int) -> bool:
+        """Move the checkpoint over offsets that hold no record (transaction markers, aborted
+        records), given that nothing is pending; True if it moved.
+
+        The caller vouches that every record below ``offset`` was sent and acknowledged; with
+        records pending or a failed record the call is ignored.
+        """
+        if self._sent_order or offset <= self._position:
+            return False
+        self._position = offset
+        self._last_sent = max(self._last_sent, offset - 1)
+        return True
+
+    def rewind(self) -> int:
+        """Forget every unconfirmed record and restart from the checkpoint, which is returned.
+
+        Records acknowledged after a failed one are sent again (at-least-once), none is lost.
+        """
+        if self.in_flight:
+            raise RuntimeError("cannot rewind while records are in flight")
+        self._sent_order.clear()
+        self._acked.clear()
+        self._failed.clear()
+        self._last_sent = self._position - 1
+        return self._position
+
+    def _resolve(self, offset: int, into: set[int]) -> None:
+        # Offsets never sent (gaps) or already resolved are ignored, so a duplicate or stray
+        # report can neither move the checkpoint nor skew the in-flight count.
+        if offset in self._outstanding:
+            self._outstanding.discard(offset)
+            into.add(offset)
+
+    def _advance(self) -> bool:
+        moved = False
+        in_flight, acked = self._sent_order, self._acked
+        while in_flight and in_flight[0] in acked:
+            offset = in_flight.popleft()
+            acked.discard(offset)
+            self._position = offset + 1
+            moved = True
+        return moved
+
+
+def start_offset(start: Literal["earliest", "latest"], checkpoint: int | None, low: int, high: int) -> int:
+    """Where copying a partition begins, given its checkpoint and the source's offset range.
+
+    Without a checkpoint, ``start`` decides. A checkpoint below ``low`` points at records that
+    source retention already deleted, one above ``high`` at records the source lost (unclean
+    leader election): either way copying resumes where the source can serve.
+    """
+    if checkpoint is None:
+        return low if start == "earliest" else high
+    return min(max(checkpoint, low), high)

@@ -1,0 +1,584 @@
+"""The worker's data path for one route: copy a changing set of source partitions to the destination.
+
+The worker agent tells the copier which partitions it owns (:meth:`Copier.assign`,
+:meth:`Copier.revoke`); the copier never joins a consumer group, so ownership changes touch only
+the partitions that change (no rebalance, uReplicator's fix for MirrorMaker). Checkpoints are
+the route group's committed offsets on the *source* cluster, so standard Kafka tooling shows
+replication lag, and they only cover records the destination acknowledged.
+
+Threads: one control thread (starting partitions, hand-overs, moves between pipelines,
+checkpoint commits) and one thread per fetch pipeline (see :mod:`strait.worker.fetch`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, NamedTuple, Protocol
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # re-export not in __all__
+
+from strait import clients
+from strait.metrics.stages import CopyObserver
+from strait.worker.checkpoint import start_offset
+from strait.worker.destination import DestinationError, DestinationTopics
+from strait.worker.fetch import (
+    CATCHUP_SETTINGS,
+    PartitionState,
+    Pipeline,
+    PipelineSettings,
+    RecordPipeline,
+)
+from strait.worker.task import PartitionTask
+
+log = logging.getLogger(__name__)
+
+REALTIME = "realtime"
+CATCHUP = "catchup"
+
+# Starting a partition needs the source and destination admin APIs; when they fail the
+# partition is tried again after this long.
+START_RETRY_S = 5.0
+# A partition stays in a pipeline at least this long, so a lag that hovers around the
+# threshold does not bounce it between pipelines (each move is a short drain).
+MIN_DWELL_S = 5.0
+CLASSIFY_INTERVAL_S = 1.0
+ADMIN_TIMEOUT_S = 15.0
+
+Phase = Literal["starting", "running", "moving", "releasing"]
+
+PipelineFactory = Callable[..., Pipeline]
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    """A snapshot of one assigned partition.
+
+    ``state`` is ``ok``, ``starting``, ``moving`` (between pipelines), ``draining`` (being
+    revoked) or ``failed:<reason>``; a failed partition copies nothing until it is revoked and
+    assigned again (failures while starting are retried every few seconds).
+    ``lag`` is the source end offset minus the checkpoint, as consumer-group tooling shows it.
+    ``last_progress`` is the Unix time of the last acknowledged record.
+    """
+
+    records: int
+    bytes: int
+    checkpoint: int | None
+    committed: int | None
+    source_end: int | None
+    lag: int | None
+    state: str
+    pipeline: str | None
+    in_flight: int
+    last_progress: float | None
+    rewinds: int
+    skipped: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict."""
+        return asdict(self)
+
+
+class StartOffsets(NamedTuple):
+    """Where a partition's copy starts, and what the source says about it."""
+
+    start: int
+    end: int
+    committed: int | None
+
+
+class CheckpointStore(Protocol):
+    """Where a route keeps its checkpoints; :class:`SourceCheckpoints` is the real one."""
+
+    def start_offsets(self, tasks: list[PartitionTask]) -> dict[PartitionTask, StartOffsets]:
+        """Start offset, source end offset and committed checkpoint per task; raises KafkaException."""
+
+    def commit(self, offsets: Mapping[PartitionTask, int]) -> set[PartitionTask]:
+        """Commit checkpoints in one request; the tasks whose commit failed. Raises KafkaException."""
+
+    def close(self) -> None:
+        """Release the clients."""
+
+
+class DestinationManager(Protocol):
+    """Makes destination topics ready; :class:`DestinationTopics` is the real one."""
+
+    def ensure(self, source_topic: str, destination_topic: str, *, min_partitions: int = 0) -> int:
+        """Create or grow the destination topic; raises DestinationError or KafkaException."""
+
+    def forget(self, destination_topic: str) -> None:
+        """Check the topic again next time."""
+
+
+class SourceCheckpoints:
+    """Checkpoints as the route group's committed offsets on the source cluster.
+
+    A consumer that never subscribes reads and commits them: it carries the route's group.id,
+    so commits land in the group and standard tooling shows the lag, but it never joins the
+    group, so no rebalance can ever involve it.
+    """
+
+    def __init__(self, *, source: Mapping[str, Any], group_id: str, client_id: str) -> None:
+        self._committer = clients.consumer(
+            source,
+            **{"group.id": group_id, "client.id": f"{client_id}-checkpoints", "enable.auto.commit": False},
+        )
+        # Metadata requests for one topic must never create it on the source.
+        self._admin = clients.admin(source, **{"allow.auto.create.topics": False})
+
+    def start_offsets(self, tasks: list[PartitionTask]) -> dict[PartitionTask, StartOffsets]:
+        """Start offset, source end offset and committed checkpoint per task; raises KafkaException."""
+        tps = [TopicPartition(t.topic, t.partition) for t in tasks]
+        # list_offsets finds leaders in the client's cached metadata, which does not know the
+        # partitions a source topic just grew; refresh it for the topics being started.
+        for topic in {t.topic for t in tasks}:
+            self._admin.list_topics(topic, timeout=ADMIN_TIMEOUT_S)
+        committed = self._committer.committed(tps, timeout=ADMIN_TIMEOUT_S)
+        earliest = self._list_offsets(tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        latest = self._list_offsets(tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+        result: dict[PartitionTask, StartOffsets] = {}
+        for task, tp in zip(tasks, committed, strict=True):
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            low, high = earliest[(task.topic, task.partition)], latest[(task.topic, task.partition)]
+            checkpoint = tp.offset if tp.offset >= 0 else None
+            result[task] = StartOffsets(start_offset(task.start, checkpoint, low, high), high, checkpoint)
+        return result
+
+    def commit(self, offsets: Mapping[PartitionTask, int]) -> set[PartitionTask]:
+        """Commit checkpoints synchronously in one request; the tasks whose commit failed."""
+        by_key = {(t.topic, t.partition): t for t in offsets}
+        results = self._committer.commit(
+            offsets=[TopicPartition(t.topic, t.partition, offset) for t, offset in offsets.items()],
+            asynchronous=False,
+        )
+        return {by_key[(tp.topic, tp.partition)] for tp in results or [] if tp.error is not None}
+
+    def close(self) -> None:
+        """Release the clients."""
+        self._committer.close()
+
+    def _list_offsets(self, tps: list[TopicPartition], spec: OffsetSpec) -> dict[tuple[str, int], int]:
+        # read_committed: "latest" is the last stable offset, so a start from "latest" does not
+        # skip records of a transaction that is still open and commits later.
+        futures = self._admin.list_offsets(
+            {TopicPartition(tp.topic, tp.partition): spec for tp in tps},
+            isolation_level=IsolationLevel.READ_COMMITTED,
+            request_timeout=ADMIN_TIMEOUT_S,
+        )
+        return {(tp.topic, tp.partition): f.result(timeout=ADMIN_TIMEOUT_S).offset for tp, f in futures.items()}
+
+
+@dataclass
+class _Entry:
+    """The control thread's view of one assigned partition."""
+
+    state: PartitionState
+    phase: Phase = "starting"
+    pipeline: Pipeline | None = None
+    target: Pipeline | None = None
+    released: threading.Event | None = None
+    next_attempt: float = 0.0
+    since: float = 0.0
+    start_error: str | None = None
+    revoke_deadline: float | None = None
+    revoked: threading.Event = field(default_factory=threading.Event)
+
+
+class Copier:
+    """Copies the partitions assigned to this worker for one route (source → destination cluster).
+
+    ``source``/``destination`` are librdkafka property maps of the two clusters. Checkpoints are
+    committed every ``commit_interval_s`` to ``group_id`` on the source. Partitions whose fetch
+    lag exceeds ``catchup_lag_threshold`` records are copied by a separate catch-up pipeline
+    (``None`` puts every partition in one pipeline). ``pipeline_factory(name=..., settings=...,
+    source=..., destination=..., group_id=..., client_id=...)`` replaces the record-by-record
+    copy loop; it also receives ``observer=``. ``observer`` (a
+    :class:`strait.metrics.stages.CopyObserver`, e.g. ``WorkerMetrics.route(route)``) receives
+    per-stage latencies: fetch wait, queueing, produce acknowledgement, checkpoint commits.
+    """
+
+    def __init__(
+        self,
+        *,
+        route: str,
+        source: Mapping[str, Any],
+        destination: Mapping[str, Any],
+        group_id: str,
+        worker_id: str,
+        replication_factor: int | None = None,
+        commit_interval_s: float = 1.0,
+        catchup_lag_threshold: int | None = 10_000,
+        realtime_settings: PipelineSettings = PipelineSettings(),
+        catchup_settings: PipelineSettings = CATCHUP_SETTINGS,
+        pipeline_factory: PipelineFactory | None = None,
+        observer: CopyObserver | None = None,
+        checkpoints: CheckpointStore | None = None,
+        destinations: DestinationManager | None = None,
+    ) -> None:
+        self.route = route
+        self.group_id = group_id
+        self.worker_id = worker_id
+        self._commit_interval_s = commit_interval_s
+        self._catchup_lag_threshold = catchup_lag_threshold
+        self._observer = observer
+        self._destinations: DestinationManager = destinations or DestinationTopics(
+            source=source, destination=destination, replication_factor=replication_factor
+        )
+        client_id = f"strait-{route}-{worker_id}"
+        self._checkpoints: CheckpointStore = checkpoints or SourceCheckpoints(
+            source=source, group_id=group_id, client_id=client_id
+        )
+        factory: PipelineFactory = pipeline_factory or RecordPipeline
+        common = {
+            "source": source,
+            "destination": destination,
+            "group_id": group_id,
+            "client_id": client_id,
+            "observer": observer,
+        }
+        self._realtime = factory(name=REALTIME, settings=realtime_settings, **common)
+        self._catchup = (
+            factory(name=CATCHUP, settings=catchup_settings, **common) if catchup_lag_threshold is not None else None
+        )
+        self._lock = threading.Lock()
+        self._entries: dict[PartitionTask, _Entry] = {}
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"strait-copier-{route}", daemon=True)
+        self._started = False
+        self._stopped = False
+        self._next_commit = 0.0
+        self._next_classify = 0.0
+
+    # -- public interface ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the pipelines and the control thread; partitions assigned before start begin now."""
+        if self._started:
+            return
+        self._started = True
+        for pipeline in self._pipelines():
+            pipeline.start()
+        self._thread.start()
+
+    def assign(self, tasks: Iterable[PartitionTask]) -> None:
+        """Add partitions in place; other partitions are not disturbed. Returns at once.
+
+        Each partition resumes from the route group's checkpoint, or from ``task.start`` if it
+        has none. Raises ``ValueError`` for a task of another route, or for a partition that is
+        already assigned with different settings (revoke it first).
+        """
+        tasks = list(tasks)
+        with self._lock:
+            for task in tasks:
+                if task.route != self.route:
+                    raise ValueError(f"task {task} belongs to route {task.route!r}, not {self.route!r}")
+                if task in self._entries:
+                    continue
+                clash = next((t for t in self._entries if (t.topic, t.partition) == (task.topic, task.partition)), None)
+                if clash is not None:
+                    raise ValueError(f"{task.topic}/{task.partition} is already assigned as {clash!r}")
+                self._entries[task] = _Entry(state=PartitionState(task))
+        self._wake.set()
+
+    def revoke(self, tasks: Iterable[PartitionTask], timeout_s: float = 30) -> None:
+        """Hand partitions over cleanly: stop fetching, wait for in-flight acks, commit, return.
+
+        The next owner resumes exactly at the committed checkpoint (no loss, no duplicates).
+        If acknowledgements do not arrive within ``timeout_s``, the acknowledged prefix is
+        committed and the partition released anyway: the next owner may then copy a few records
+        again (at-least-once), it never misses one.
+        """
+        deadline = time.monotonic() + timeout_s
+        waiting: list[threading.Event] = []
+        with self._lock:
+            for task in tasks:
+                entry = self._entries.get(task)
+                if entry is None:
+                    continue
+                if entry.revoke_deadline is None or entry.revoke_deadline > deadline:
+                    entry.revoke_deadline = deadline
+                waiting.append(entry.revoked)
+        if not waiting:
+            return
+        if not self._started or self._stopped:
+            self._drop_unstarted(waiting)
+            return
+        self._wake.set()
+        for event in waiting:
+            # The control thread ends every revoke by its deadline; the margin covers one commit.
+            event.wait(max(0.0, deadline - time.monotonic()) + ADMIN_TIMEOUT_S)
+
+    def assigned(self) -> set[PartitionTask]:
+        """The partitions this copier owns (until their revoke has returned)."""
+        with self._lock:
+            return set(self._entries)
+
+    def stats(self) -> dict[PartitionTask, PartitionStats]:
+        """Per assigned partition: progress, checkpoint, lag and state."""
+        with self._lock:
+            entries = list(self._entries.items())
+        return {task: self._snapshot(entry) for task, entry in entries}
+
+    def stop(self, drain: bool = True, timeout_s: float = 30) -> None:
+        """Stop copying. ``drain=True`` hands every partition over cleanly first (see :meth:`revoke`).
+
+        With ``drain=False`` the copier stops at once and commits what was acknowledged so far:
+        the next owner may copy some records again, none is lost.
+        """
+        if self._stopped:
+            return
+        deadline = time.monotonic() + timeout_s
+        if drain and self._started:
+            self.revoke(self.assigned(), timeout_s)
+        self._stopping.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(max(1.0, deadline - time.monotonic()) + ADMIN_TIMEOUT_S)
+        self._stopped = True
+        flush_s = max(0.0, min(5.0, deadline - time.monotonic()))
+        for pipeline in self._pipelines():
+            pipeline.stop(flush_s)
+        with self._lock:
+            remaining = [e for e in self._entries.values() if e.phase != "starting"]
+        self._commit(remaining, final=True)
+        self._checkpoints.close()
+
+    # -- control thread --------------------------------------------------------------------
+
+    def _pipelines(self) -> list[Pipeline]:
+        return [self._realtime] if self._catchup is None else [self._realtime, self._catchup]
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._tick()
+            except Exception:
+                log.exception("copier %s: control step failed", self.route)
+            self._wake.wait(0.05)
+            self._wake.clear()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            entries = list(self._entries.values())
+        starting: list[_Entry] = []
+        finished: list[_Entry] = []
+        for entry in entries:
+            if entry.revoke_deadline is not None:
+                if self._advance_revoke(entry, now):
+                    finished.append(entry)
+            elif entry.phase == "starting":
+                if now >= entry.next_attempt:
+                    starting.append(entry)
+            elif entry.phase == "moving":
+                self._advance_move(entry, now)
+        if finished:
+            self._finish_revokes(finished)
+        if starting:
+            self._start_partitions(starting)
+        if now >= self._next_commit:
+            self._next_commit = now + self._commit_interval_s
+            self._commit([e for e in entries if e.phase != "starting" and e.revoke_deadline is None])
+        if self._catchup is not None and now >= self._next_classify:
+            self._next_classify = now + CLASSIFY_INTERVAL_S
+            self._classify(entries, now)
+
+    def _advance_revoke(self, entry: _Entry, now: float) -> bool:
+        """Move a revoke forward; True once the partition can be committed and dropped."""
+        if entry.phase == "starting":
+            return True
+        if entry.phase == "running":
+            assert entry.pipeline is not None
+            entry.released = entry.pipeline.release(entry.state)
+            entry.phase = "releasing"
+        # A partition in the middle of a move is already being released by its old pipeline.
+        assert entry.released is not None and entry.revoke_deadline is not None
+        if entry.released.is_set():
+            return True
+        if now >= entry.revoke_deadline:
+            tracker = entry.state.tracker
+            log.warning(
+                "revoke of %s timed out with %d records unacknowledged; committing the acknowledged prefix",
+                entry.state.task,
+                tracker.in_flight if tracker else 0,
+            )
+            return True
+        return False
+
+    def _finish_revokes(self, finished: list[_Entry]) -> None:
+        self._commit(finished, final=True)
+        with self._lock:
+            for entry in finished:
+                task = entry.state.task
+                if self._entries.get(task) is entry:
+                    del self._entries[task]
+                if entry.state.failed:
+                    # The next assignment checks the destination again (it may have been deleted).
+                    self._destinations.forget(task.destination_topic)
+                entry.revoked.set()
+
+    def _drop_unstarted(self, events: list[threading.Event]) -> None:
+        with self._lock:
+            for task, entry in list(self._entries.items()):
+                if entry.revoked in events and entry.phase == "starting":
+                    del self._entries[task]
+                    entry.revoked.set()
+
+    def _advance_move(self, entry: _Entry, now: float) -> None:
+        assert entry.released is not None
+        if not entry.released.is_set():
+            return
+        state = entry.state
+        if state.failed or state.tracker is None or entry.target is None:
+            entry.phase = "running"
+            return
+        # Nothing of the partition is in flight: the checkpoint is the exact resume point.
+        entry.target.add(state, state.tracker.position)
+        entry.pipeline, entry.target, entry.released = entry.target, None, None
+        entry.phase = "running"
+        entry.since = now
+
+    def _classify(self, entries: list[_Entry], now: float) -> None:
+        """Move partitions between the realtime and catch-up pipelines by fetch lag."""
+        assert self._catchup_lag_threshold is not None and self._catchup is not None
+        threshold = self._catchup_lag_threshold
+        for entry in entries:
+            state = entry.state
+            lag = state.lag
+            if entry.phase != "running" or entry.revoke_deadline is not None or state.failed or lag is None:
+                continue
+            if now - entry.since < MIN_DWELL_S:
+                continue
+            if entry.pipeline is self._realtime and lag > threshold:
+                target = self._catchup
+            elif entry.pipeline is self._catchup and lag <= threshold // 4:
+                target = self._realtime
+            else:
+                continue
+            assert entry.pipeline is not None
+            log.info("moving %s to the %s pipeline (lag %d)", state.task, target.name, lag)
+            entry.target = target
+            entry.released = entry.pipeline.release(state)
+            entry.phase = "moving"
+
+    def _start_partitions(self, entries: list[_Entry]) -> None:
+        """Make destinations ready, find each start offset, and hand partitions to a pipeline."""
+        by_topic: dict[tuple[str, str], list[_Entry]] = {}
+        for entry in entries:
+            task = entry.state.task
+            by_topic.setdefault((task.topic, task.destination_topic), []).append(entry)
+        ready: list[_Entry] = []
+        for (topic, destination_topic), group in by_topic.items():
+            needed = max(e.state.task.partition for e in group) + 1
+            try:
+                self._destinations.ensure(topic, destination_topic, min_partitions=needed)
+            except (DestinationError, KafkaException) as exc:
+                self._retry_later(group, str(exc))
+                continue
+            ready.extend(group)
+        if not ready:
+            return
+        try:
+            starts = self._checkpoints.start_offsets([e.state.task for e in ready])
+        except KafkaException as exc:
+            self._retry_later(ready, f"reading checkpoints: {exc}")
+            return
+        fresh: list[_Entry] = []
+        for entry in ready:
+            start, end, committed = starts[entry.state.task]
+            state = entry.state
+            state.source_end = end
+            state.committed = committed
+            if committed is None:
+                fresh.append(entry)
+            elif committed < start:
+                state.skipped = start - committed
+                log.warning(
+                    "%s: checkpoint %d is below the source's earliest offset %d; %d records were "
+                    "deleted by source retention before they could be copied",
+                    state.task,
+                    committed,
+                    start,
+                    state.skipped,
+                )
+            lagging = self._catchup is not None and end - start > (self._catchup_lag_threshold or 0)
+            pipeline = self._catchup if lagging and self._catchup is not None else self._realtime
+            with self._lock:
+                if entry.revoke_deadline is not None:
+                    continue
+                entry.phase = "running"
+                entry.pipeline = pipeline
+                entry.since = time.monotonic()
+                entry.start_error = None
+            pipeline.add(state, start)
+        # A start resolved from "latest" must survive this worker: a later owner resolving
+        # "latest" again would skip every record produced in between.
+        self._commit([e for e in fresh if e.phase == "running"])
+
+    def _retry_later(self, entries: list[_Entry], reason: str) -> None:
+        log.warning("copier %s: cannot start %d partition(s) yet: %s", self.route, len(entries), reason)
+        for entry in entries:
+            entry.start_error = reason
+            entry.next_attempt = time.monotonic() + START_RETRY_S
+
+    def _commit(self, entries: list[_Entry], *, final: bool = False) -> None:
+        """Commit the checkpoints that moved since their last commit, in one request."""
+        due: list[tuple[PartitionState, int]] = []
+        for entry in entries:
+            checkpoint = entry.state.checkpoint
+            if checkpoint is not None and checkpoint != entry.state.committed:
+                due.append((entry.state, checkpoint))
+        if not due:
+            return
+        started = time.monotonic()
+        try:
+            failed = self._checkpoints.commit({s.task: offset for s, offset in due})
+            if self._observer is not None:
+                self._observer.committed(time.monotonic() - started)
+        except KafkaException as exc:
+            level = logging.ERROR if final else logging.WARNING
+            log.log(level, "copier %s: committing %d checkpoint(s) failed: %s", self.route, len(due), exc)
+            return
+        for state, offset in due:
+            if state.task not in failed:
+                state.committed = offset
+        if failed:
+            log.warning("copier %s: checkpoint commit failed for %s", self.route, sorted(map(str, failed)))
+
+    def _snapshot(self, entry: _Entry) -> PartitionStats:
+        state = entry.state
+        tracker = state.tracker
+        checkpoint = state.checkpoint
+        if state.error is not None:
+            status = f"failed:{state.error}"
+        elif entry.phase == "starting":
+            status = f"failed:{entry.start_error}" if entry.start_error else "starting"
+        elif entry.revoke_deadline is not None:
+            status = "draining"
+        elif entry.phase == "moving":
+            status = "moving"
+        else:
+            status = "ok"
+        lag = None
+        if state.source_end is not None and checkpoint is not None:
+            lag = max(0, state.source_end - checkpoint)
+        return PartitionStats(
+            records=state.records,
+            bytes=state.bytes,
+            checkpoint=checkpoint,
+            committed=state.committed,
+            source_end=state.source_end,
+            lag=lag,
+            state=status,
+            pipeline=state.pipeline,
+            in_flight=tracker.in_flight if tracker else 0,
+            last_progress=state.last_progress,
+            rewinds=state.rewinds,
+            skipped=state.skipped,
+        )

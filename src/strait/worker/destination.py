@@ -1,0 +1,211 @@
+"""Destination topics: create them like their source, and grow them when the source grows.
+
+uReplicator never created destination topics; MirrorMaker 2 copies configs lazily. Strait makes
+the destination topic before the first record is sent: same partition count as the source (the
+copier keeps partition numbers), the source topic's own config overrides, and a replication
+factor that fits the destination cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
+
+# confluent-kafka re-exports these without listing them in __all__, which strict mypy rejects.
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    ResourceType,
+)
+
+from strait import clients
+
+log = logging.getLogger(__name__)
+
+# Settings that describe the source cluster rather than the data, or that could make the
+# destination refuse the copy (MirrorMaker 2's default exclusions). The copier sets every
+# record's timestamp itself, so the destination must keep CreateTime.
+EXCLUDED_CONFIGS = frozenset(
+    {
+        "follower.replication.throttled.replicas",
+        "leader.replication.throttled.replicas",
+        "message.timestamp.difference.max.ms",
+        "message.timestamp.type",
+        "unclean.leader.election.enable",
+        "min.insync.replicas",
+    }
+)
+
+DEFAULT_MAX_REPLICATION_FACTOR = 3
+
+
+class DestinationError(Exception):
+    """The destination topic cannot be made ready; the message names topic and cause."""
+
+
+def configs_to_copy(entries: Iterable[ConfigEntry]) -> dict[str, str]:
+    """The source topic's own overrides worth carrying to the destination.
+
+    Only values set on the topic itself (not broker or built-in defaults: the destination
+    cluster has its own) and not in :data:`EXCLUDED_CONFIGS`; sensitive values are unreadable.
+    """
+    copied: dict[str, str] = {}
+    for entry in entries:
+        # describe_configs reports the source as a plain int, not as the ConfigSource enum.
+        source = getattr(entry.source, "value", entry.source)
+        if source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value or entry.is_default:
+            continue
+        if entry.is_sensitive or entry.value is None or entry.name in EXCLUDED_CONFIGS:
+            continue
+        copied[entry.name] = entry.value
+    return copied
+
+
+def default_replication_factor(broker_count: int) -> int:
+    """Three replicas where the destination has three brokers, fewer on smaller clusters."""
+    return max(1, min(DEFAULT_MAX_REPLICATION_FACTOR, broker_count))
+
+
+class DestinationTopics:
+    """Makes destination topics exist with at least the source's partition count.
+
+    Thread-safe; remembers what it has ensured so that the common case costs no admin call.
+    """
+
+    def __init__(
+        self,
+        *,
+        source: Mapping[str, Any],
+        destination: Mapping[str, Any],
+        replication_factor: int | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self._source = clients.admin(source)
+        self._destination = clients.admin(destination)
+        self._replication_factor = replication_factor
+        self._timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._ensured: dict[str, int] = {}
+
+    def ensure(self, source_topic: str, destination_topic: str, *, min_partitions: int = 0) -> int:
+        """Create or grow ``destination_topic`` to match ``source_topic``; returns its partition count.
+
+        ``min_partitions`` skips the admin round trips when the destination is already known to
+        have that many partitions. Raises :class:`DestinationError`.
+        """
+        with self._lock:
+            known = self._ensured.get(destination_topic, 0)
+            if min_partitions and known >= min_partitions:
+                return known
+            try:
+                count = self._ensure(source_topic, destination_topic)
+            except KafkaException as exc:
+                raise DestinationError(f"destination topic {destination_topic!r}: {_reason(exc)}") from exc
+            self._ensured[destination_topic] = count
+            return count
+
+    def forget(self, destination_topic: str) -> None:
+        """Drop what is known about a topic, e.g. after it was deleted under the copier."""
+        with self._lock:
+            self._ensured.pop(destination_topic, None)
+
+    def _ensure(self, source_topic: str, destination_topic: str) -> int:
+        wanted = _partition_count(self._source, source_topic, self._timeout_s)
+        if wanted is None:
+            raise DestinationError(f"source topic {source_topic!r} does not exist")
+        have = _partition_count(self._destination, destination_topic, self._timeout_s)
+        if have is None:
+            self._create(source_topic, destination_topic, wanted)
+        elif have < wanted:
+            self._grow(destination_topic, wanted)
+        else:
+            return have
+        return self._await_partitions(destination_topic, wanted)
+
+    def _create(self, source_topic: str, destination_topic: str, partitions: int) -> None:
+        configs = self._source_configs(source_topic)
+        replicas = self._replication_factor or default_replication_factor(self._broker_count())
+        log.info(
+            "creating destination topic %s: %d partitions, replication factor %d, configs %s",
+            destination_topic,
+            partitions,
+            replicas,
+            configs,
+        )
+        topic = NewTopic(destination_topic, num_partitions=partitions, replication_factor=replicas, config=configs)
+        future = self._destination.create_topics([topic], request_timeout=self._timeout_s)[destination_topic]
+        try:
+            future.result(timeout=self._timeout_s)
+        except KafkaException as exc:
+            # Another worker of the route may have created it first; growing is checked after.
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+        have = _partition_count(self._destination, destination_topic, self._timeout_s) or 0
+        if have < partitions:
+            self._grow(destination_topic, partitions)
+
+    def _grow(self, destination_topic: str, partitions: int) -> None:
+        log.info("growing destination topic %s to %d partitions", destination_topic, partitions)
+        futures = self._destination.create_partitions(
+            [NewPartitions(destination_topic, partitions)], request_timeout=self._timeout_s
+        )
+        try:
+            futures[destination_topic].result(timeout=self._timeout_s)
+        except KafkaException as exc:
+            # INVALID_PARTITIONS: a concurrent grow already reached the count (checked next).
+            if exc.args[0].code() != KafkaError.INVALID_PARTITIONS:
+                raise
+
+    def _await_partitions(self, destination_topic: str, wanted: int) -> int:
+        # Creation is asynchronous on the brokers; producing before every partition has a
+        # leader would make the producer fail the first records as unknown partitions.
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            description = _describe(self._destination, destination_topic, self._timeout_s)
+            if description is not None:
+                partitions = description.partitions
+                if len(partitions) >= wanted and all(p.leader is not None for p in partitions):
+                    return len(partitions)
+            if time.monotonic() > deadline:
+                raise DestinationError(f"destination topic {destination_topic!r} has no {wanted} partitions")
+            time.sleep(0.2)
+
+    def _source_configs(self, source_topic: str) -> dict[str, str]:
+        resource = ConfigResource(ResourceType.TOPIC, source_topic)
+        future = self._source.describe_configs([resource], request_timeout=self._timeout_s)[resource]
+        entries: dict[str, ConfigEntry] = future.result(timeout=self._timeout_s)
+        return configs_to_copy(entries.values())
+
+    def _broker_count(self) -> int:
+        cluster = self._destination.describe_cluster(request_timeout=self._timeout_s).result(timeout=self._timeout_s)
+        return len(cluster.nodes)
+
+
+def _describe(admin: AdminClient, topic: str, timeout_s: float) -> Any:
+    # describe_topics never auto-creates a topic, unlike a metadata request for one topic.
+    future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
+    try:
+        return future.result(timeout=timeout_s)
+    except KafkaException as exc:
+        if exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID):
+            return None
+        raise
+
+
+def _partition_count(admin: AdminClient, topic: str, timeout_s: float) -> int | None:
+    description = _describe(admin, topic, timeout_s)
+    return None if description is None else len(description.partitions)
+
+
+def _reason(exc: KafkaException) -> str:
+    error = exc.args[0] if exc.args else None
+    return error.str() if isinstance(error, KafkaError) else str(exc)

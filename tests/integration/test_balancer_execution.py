@@ -1,0 +1,397 @@
+"""The balancer against a real 4-broker, 2-rack, 2-disk Kafka cluster.
+
+Skew is made with explicit replica assignments, every replica pinned to its broker's first disk,
+and a few MB of real records. Low throttles keep moves in flight long enough to cancel them or
+to kill the executor mid-run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from strait import clients
+from strait.balancer import executor, operations, service
+from strait.balancer.gateway import KafkaGateway
+from strait.balancer.goals import Goals, eligible_dirs, spread
+from strait.balancer.model import ClusterModel, rack_violations
+from strait.balancer.plan import InterBrokerMove, IntraBrokerMove, Plan
+from strait.balancer.state import StateStore
+from strait.balancer.throttle import BROKER_KEYS, TOPIC_KEYS
+from strait.balancer.window import Caps
+from strait.sandbox import Sandbox, SandboxSpec
+
+pytestmark = pytest.mark.integration
+
+CAPACITY = {"*": 64_000_000}
+RECORD = b"r" * 1000
+
+
+@pytest.fixture(scope="module")
+def cluster(sandbox_factory: Callable[[SandboxSpec], Sandbox]) -> Iterator[dict[str, Any]]:
+    sb = sandbox_factory(SandboxSpec(clusters=("big",), brokers=4, racks=2, log_dirs=2, zookeeper=False))
+    state = sb.clusters["big"]
+    props = {"bootstrap.servers": state.bootstrap}
+    admin = clients.legacy_admin(props)
+    dirs = {b.id: list(b.log_dirs) for b in state.brokers}
+    yield {"props": props, "admin": admin, "dirs": dirs, "sandbox": sb}
+    admin.close()
+
+
+def _wait(cond: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.25)
+
+
+def _create(c: dict[str, Any], topic: str, assignments: dict[int, list[int]]) -> None:
+    c["admin"].create_topics(
+        {topic: {"num_partitions": -1, "replication_factor": -1, "assignments": assignments}}
+    )
+    gw = KafkaGateway(c["props"])
+    try:
+        _wait(lambda: len(gw.replicas([topic])) == len(assignments), 30, f"topic {topic}")
+        # Pile every replica onto the broker's first disk: the disk-level skew to undo.
+        gw.move_dirs({(topic, p, b): c["dirs"][b][0] for p, reps in assignments.items() for b in reps})
+        _wait(lambda: all(d.current == c["dirs"][b][0] and d.future is None
+                          for (t, _, b), d in gw.replica_dirs(list(c["dirs"]), [topic]).items() if t == topic),
+              30, f"{topic} pinned to disk 0")
+    finally:
+        gw.close()
+
+
+def _produce(c: dict[str, Any], topic: str, per_partition: dict[int, int]) -> int:
+    # Small batches: a replication throttle can only hold back whole batches, so big ones burst.
+    producer = clients.producer(c["props"], **{"acks": "all", "linger.ms": 2, "batch.num.messages": 16})
+    total = 0
+    for partition, count in per_partition.items():
+        for _ in range(count):
+            producer.produce(topic, RECORD, partition=partition)
+            producer.poll(0)
+            total += 1
+    assert producer.flush(60) == 0
+    return total
+
+
+def _count(c: dict[str, Any], topic: str) -> int:
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    consumer = clients.consumer(c["props"], **{"group.id": f"count-{topic}-{time.time()}",
+                                               "enable.auto.commit": False})
+    gw = KafkaGateway(c["props"])
+    partitions = sorted(p for t, p in gw.replicas([topic]) if t == topic)
+    gw.close()
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    seen = dict.fromkeys(partitions, 0)
+    deadline = time.monotonic() + 60
+    while any(seen[p] < ends[p] for p in partitions) and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            seen[msg.partition() or 0] += 1
+    consumer.close()
+    return sum(seen.values())
+
+
+def _leftovers(c: dict[str, Any], topics: list[str]) -> list[str]:
+    """Anything an execution must not leave behind: reassignments, future replicas, throttles."""
+    gw = KafkaGateway(c["props"])
+    problems: list[str] = []
+    try:
+        problems += [f"reassignment in progress: {k}" for k in gw.reassignments()]
+        problems += [f"future replica {k} -> {d.future}"
+                     for k, d in gw.replica_dirs(list(c["dirs"]), topics).items() if d.future]
+        for t in topics:
+            problems += [f"topic {t} {k}={v!r}" for k, v in gw.topic_configs(t, TOPIC_KEYS).items()]
+        for b in c["dirs"]:
+            problems += [f"broker {b} {k}={v}" for k, v in gw.broker_configs(b, BROKER_KEYS).items()]
+    finally:
+        gw.close()
+    return problems
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from strait.cli.balance import app; app()", *args],
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def _model(c: dict[str, Any]) -> ClusterModel:
+    gw = KafkaGateway(c["props"], CAPACITY)
+    try:
+        return gw.load_model()
+    finally:
+        gw.close()
+
+
+def test_rebalance_spreads_disks_keeps_racks_and_data(cluster: dict[str, Any]) -> None:
+    c = cluster
+    # Brokers 1 and 2 (racks r1, r2) hold everything, all of it on their first disk.
+    _create(c, "skewed", {p: [1, 2] if p % 2 == 0 else [2, 1] for p in range(8)})
+    produced = _produce(c, "skewed", {p: 600 for p in range(8)})
+    before = _model(c)
+    goals = Goals(threshold=0.05)
+    plan = operations.rebalance(before, goals)
+    assert any(isinstance(m, IntraBrokerMove) for m in plan.moves), "plan should move data between disks"
+    assert any(isinstance(m, InterBrokerMove) and m.adding for m in plan.moves)
+
+    gw = KafkaGateway(c["props"], CAPACITY)
+    store = StateStore(c["props"])
+    run = executor.start(gw, store, plan, executor.Options(throttle=20_000_000))
+    final = run.run()
+    gw.close()
+    assert final.status == "done", final.moves
+    assert final.done == len(plan.moves)
+
+    after = _model(c)
+    assert spread(eligible_dirs(after)) <= goals.threshold + 0.01
+    assert not [p.name for p in after.partitions.values() if rack_violations(after, p)]
+    for m in plan.moves:
+        if isinstance(m, IntraBrokerMove):
+            assert after.partitions[m.key].dir_of(m.broker) == m.target_dir
+    assert _count(c, "skewed") == produced
+    assert _wait(lambda: not _leftovers(c, ["skewed"]), 10, "no leftovers")
+
+
+def test_cancel_mid_run_restores_everything_and_spares_foreign_throttles(cluster: dict[str, Any]) -> None:
+    c = cluster
+    _create(c, "slow", {0: [1], 1: [2], 2: [3]})
+    produced = _produce(c, "slow", {0: 1500, 1: 1500, 2: 1500})
+    gw = KafkaGateway(c["props"], CAPACITY)
+    # An operator's own throttles, on a broker and a topic our moves touch: they must survive.
+    gw.alter_broker_configs(4, {"follower.replication.throttled.rate": ("SET", "777777")})
+    gw.alter_topic_configs("slow", {"leader.replication.throttled.replicas": ("SET", "2:3")})
+    _wait(lambda: gw.broker_configs(4, BROKER_KEYS), 10, "operator throttle visible")
+    plan = Plan(
+        operation="manual",
+        cluster_id=_model(c).cluster_id,
+        moves=(
+            InterBrokerMove("slow", 0, (1,), (4,), {4: c["dirs"][4][1]}, 1_500_000),
+            IntraBrokerMove("slow", 1, 2, c["dirs"][2][0], c["dirs"][2][1], 1_500_000),
+        ),
+    )
+    store = StateStore(c["props"])
+    run = executor.start(gw, store, plan, executor.Options(throttle=30_000))
+    result: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: result.update(final=run.run()))
+    thread.start()
+    _wait(lambda: run.snapshot().in_flight == 2, 20, "both moves in flight")
+    time.sleep(1.5)  # partial copies exist now
+    cancelled = _cli("cancel", "--bootstrap", c["props"]["bootstrap.servers"], "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    thread.join(60)
+    assert not thread.is_alive()
+    assert result["final"].status == "cancelled"
+    assert json.loads(cancelled.stdout)["status"] == "cancelled"
+
+    assert gw.replicas(["slow"])[("slow", 0)] == (1,)
+    dirs = gw.replica_dirs([1, 2, 4], ["slow"])
+    assert dirs[("slow", 1, 2)].current == c["dirs"][2][0]
+    assert ("slow", 0, 4) not in dirs or dirs[("slow", 0, 4)].current is None
+    def ours_left() -> list[str]:
+        return [p for p in _leftovers(c, ["slow"]) if "777777" not in p and "'2:3'" not in p]
+
+    _wait(lambda: not ours_left(), 10, "no reassignment, future replica or throttle of ours left")
+    assert gw.broker_configs(4, BROKER_KEYS) == {"follower.replication.throttled.rate": "777777"}
+    assert gw.topic_configs("slow", TOPIC_KEYS) == {"leader.replication.throttled.replicas": "2:3"}
+    gw.alter_broker_configs(4, {"follower.replication.throttled.rate": ("DELETE", None)})
+    gw.alter_topic_configs("slow", {"leader.replication.throttled.replicas": ("DELETE", None)})
+    gw.close()
+    assert _count(c, "slow") == produced
+
+
+def test_killed_executor_is_seen_by_status_then_resumed_and_cancelled(cluster: dict[str, Any]) -> None:
+    c = cluster
+    bootstrap = c["props"]["bootstrap.servers"]
+    _create(c, "crash", {0: [1], 1: [3]})
+    _produce(c, "crash", {0: 2500, 1: 2500})
+    plan = Plan(
+        operation="manual",
+        cluster_id=_model(c).cluster_id,
+        moves=(
+            InterBrokerMove("crash", 0, (1,), (2,), {2: c["dirs"][2][1]}, 2_500_000),
+            InterBrokerMove("crash", 1, (3,), (4,), {4: c["dirs"][4][1]}, 2_500_000),
+        ),
+    )
+    plan_file = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"crash-plan-{os.getpid()}.json")
+    with open(plan_file, "w") as fh:
+        fh.write(plan.to_json())
+    started = _cli("execute", "--bootstrap", bootstrap, "--plan", plan_file, "--throttle", "20KB", "--detach",
+                   "--json")
+    assert started.returncode == 0, started.stderr
+    pid = json.loads(started.stdout)["pid"]
+    store = StateStore(c["props"])
+    _wait(lambda: (e := store.current()) is not None and e.status == "running"
+          and sum(1 for v in e.progress.get("moves", {}).values() if v["state"] == "running") == 2,
+          30, "detached executor running both moves")
+    os.kill(pid, signal.SIGKILL)
+
+    # A fresh process sees the run, in flight, with a dead executor once the heartbeat is stale.
+    def dead() -> dict[str, Any] | None:
+        status = _cli("status", "--bootstrap", bootstrap, "--json")
+        data: dict[str, Any] = json.loads(status.stdout)
+        return data if not data["alive"] else None
+
+    status = _wait(dead, 30, "status to report the executor gone")
+    assert status["status"] == "running" and status["in_flight"] == 2
+    gw = KafkaGateway(c["props"])
+    assert set(gw.reassignments()) >= {("crash", 0), ("crash", 1)}
+    assert gw.broker_configs(2, BROKER_KEYS), "throttles of the killed run are still recorded and set"
+
+    # Resume: the new executor adopts the moves in flight (no resubmission, no new plan).
+    resumed = executor.resume(gw, store)
+    assert resumed.snapshot().in_flight == 2
+    result: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: result.update(final=resumed.run()))
+    thread.start()
+    time.sleep(3)
+    assert thread.is_alive(), "moves should still be copying under a 20KB/s throttle"
+    cancelled = _cli("cancel", "--bootstrap", bootstrap, "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    thread.join(60)
+    assert result["final"].status == "cancelled"
+    replicas = gw.replicas(["crash"])
+    assert replicas[("crash", 0)] == (1,) and replicas[("crash", 1)] == (3,)
+    gw.close()
+    assert _wait(lambda: not _leftovers(c, ["crash"]), 10, "no leftovers after cancel")
+
+
+def test_cancel_takes_over_from_a_dead_executor(cluster: dict[str, Any]) -> None:
+    c = cluster
+    bootstrap = c["props"]["bootstrap.servers"]
+    _create(c, "orphan", {0: [3]})
+    _produce(c, "orphan", {0: 1500})
+    plan = Plan(operation="manual", cluster_id=_model(c).cluster_id,
+                moves=(IntraBrokerMove("orphan", 0, 3, c["dirs"][3][0], c["dirs"][3][1], 1_500_000),))
+    plan_file = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"orphan-plan-{os.getpid()}.json")
+    with open(plan_file, "w") as fh:
+        fh.write(plan.to_json())
+    started = _cli("execute", "--bootstrap", bootstrap, "--plan", plan_file, "--throttle", "30KB", "--detach",
+                   "--json")
+    assert started.returncode == 0, started.stderr
+    store = StateStore(c["props"])
+    _wait(lambda: (e := store.current()) is not None and e.status == "running"
+          and any(v["state"] == "running" for v in e.progress.get("moves", {}).values()), 30, "move running")
+    os.kill(json.loads(started.stdout)["pid"], signal.SIGKILL)
+    cancelled = _cli("cancel", "--bootstrap", bootstrap, "--wait", "12", "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert json.loads(cancelled.stdout)["status"] == "cancelled"
+    gw = KafkaGateway(c["props"])
+    assert gw.replica_dirs([3], ["orphan"])[("orphan", 0, 3)].current == c["dirs"][3][0]
+    gw.close()
+    assert _wait(lambda: not _leftovers(c, ["orphan"]), 10, "no leftovers after takeover cancel")
+
+
+def test_stale_plan_is_refused_naming_the_partition(cluster: dict[str, Any], tmp_path: Any) -> None:
+    c = cluster
+    bootstrap = c["props"]["bootstrap.servers"]
+    _create(c, "stale", {0: [1, 2]})
+    plan = Plan(operation="manual", moves=(InterBrokerMove("stale", 0, (3, 4), (1, 2), {}, 0),))
+    path = tmp_path / "stale.json"
+    path.write_text(plan.to_json())
+    result = _cli("execute", "--bootstrap", bootstrap, "--plan", str(path))
+    assert result.returncode != 0
+    assert "stale-0" in result.stderr
+    path.write_text("{not json")
+    result = _cli("execute", "--bootstrap", bootstrap, "--plan", str(path))
+    assert result.returncode != 0 and "not valid JSON" in result.stderr
+
+
+def test_long_tail_pipeline_beats_batch(cluster: dict[str, Any]) -> None:
+    c = cluster
+    # One big partition on broker 1 bound for broker 3; many small ones on broker 2 bound for 4.
+    assignments = {0: [1], **{p: [2] for p in range(1, 16)}}
+    _create(c, "tail", assignments)
+    _produce(c, "tail", {0: 3000, **{p: 60 for p in range(1, 16)}})
+    model = _model(c)
+    size = {p.partition: p.size for p in model.partitions.values() if p.topic == "tail"}
+    forward = tuple(
+        InterBrokerMove("tail", p, (1,), (3,), {}, size[p]) if p == 0
+        else InterBrokerMove("tail", p, (2,), (4,), {}, size[p])
+        for p in assignments
+    )
+    back = tuple(InterBrokerMove(m.topic, m.partition, m.target, m.source, {}, m.bytes) for m in forward)
+    caps = Caps(in_flight=4, broker_in=4, broker_out=4, disk=4)
+    timings: dict[str, float] = {}
+    runs: dict[str, executor.Snapshot] = {}
+    gw = KafkaGateway(c["props"])
+    store = StateStore(c["props"])
+    for mode in ("batch", "pipeline"):
+        plan = Plan(operation="long-tail", moves=forward, cluster_id=model.cluster_id)
+        # Kafka lets a throttled replica burst about ten seconds' worth of its rate before holding
+        # it back, so the big partition (3 MB) is sized to outlast that at 150 KB/s.
+        run = executor.start(gw, store, plan, executor.Options(mode=mode, caps=caps, throttle=150_000))
+        t0 = time.monotonic()
+        runs[mode] = run.run()
+        timings[mode] = time.monotonic() - t0
+        assert runs[mode].status == "done", runs[mode].moves
+        undo = executor.start(gw, store, Plan(operation="undo", moves=back, cluster_id=model.cluster_id),
+                              executor.Options(caps=Caps(in_flight=16, broker_in=16, broker_out=16, disk=16)))
+        assert undo.run().status == "done"
+    gw.close()
+    print(f"\nlong tail: batch {timings['batch']:.1f}s, pipeline {timings['pipeline']:.1f}s "
+          f"({timings['batch'] / timings['pipeline']:.2f}x)")
+    assert timings["pipeline"] < timings["batch"]
+    moves = runs["pipeline"].moves
+    big = moves["inter:tail:0"]
+    small_during_big = [k for k, v in moves.items() if k != "inter:tail:0"
+                        and v["started"] > big["started"] and v["finished"] < big["finished"]]
+    # The window kept refilling with small moves while the big one ran.
+    assert len(small_during_big) >= 6, moves
+
+
+def test_drain_empties_a_broker(cluster: dict[str, Any]) -> None:
+    c = cluster
+    before = _model(c)
+    plan = operations.drain(before, [4], Goals(threshold=0.5))
+    assert plan.moves
+    gw = KafkaGateway(c["props"], CAPACITY)
+    run = executor.start(gw, StateStore(c["props"]), plan, executor.Options(
+        throttle=50_000_000, caps=Caps(in_flight=16, broker_in=8, broker_out=8, disk=8)))
+    final = run.run()
+    gw.close()
+    assert final.status == "done", final.moves
+    after = _model(c)
+    assert not [p.name for p in after.partitions.values() if 4 in p.replicas]
+    assert all(d.used == 0 for d in after.log_dirs[4])
+    assert _wait(lambda: not _leftovers(c, sorted({t for t, _ in after.partitions})), 10, "no leftovers")
+
+
+def test_cli_fixes_a_rack_violation_and_prints_json_plans(cluster: dict[str, Any]) -> None:
+    c = cluster
+    bootstrap = c["props"]["bootstrap.servers"]
+    _create(c, "samerack", {0: [1, 3]})  # brokers 1 and 3 are both in rack r1
+    produced = _produce(c, "samerack", {0: 200})
+    shown = _cli("fix-racks", "--bootstrap", bootstrap, "--capacity", "*=64MB", "--json")
+    assert shown.returncode == 0, shown.stderr
+    plan = json.loads(shown.stdout)
+    assert [m["topic"] for m in plan["moves"]] == ["samerack"]
+    assert _model(c).partitions[("samerack", 0)].replicas == (1, 3), "dry run must not move anything"
+
+    done = _cli("fix-racks", "--bootstrap", bootstrap, "--capacity", "*=64MB", "--execute", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["status"] == "done"
+    after = _model(c)
+    assert not rack_violations(after, after.partitions[("samerack", 0)])
+    assert _count(c, "samerack") == produced
+    # The calls a REST layer makes see the same state.
+    latest = service.current(c["props"])
+    assert latest is not None and latest["status"] == "done" and latest["done"] == len(plan["moves"])
+    assert service.make_plan(c["props"], "fix-racks").moves == ()
+    with pytest.raises(ValueError, match="drain"):
+        service.make_plan(c["props"], "drain")

@@ -1,0 +1,176 @@
+"""The checkpoint never passes a record the destination has not acknowledged."""
+
+from __future__ import annotations
+
+import random
+from typing import Literal
+
+import pytest
+
+from strait.worker.checkpoint import AckTracker, OutOfOrderSend, start_offset
+
+
+def _expected_position(start: int, sent: list[int], acked: set[int]) -> int:
+    """Oracle: one past the last record of the acknowledged prefix of sent records."""
+    position = start
+    for offset in sent:
+        if offset not in acked:
+            break
+        position = offset + 1
+    return position
+
+
+def test_in_order_acks_advance_to_one_past_the_last_record() -> None:
+    tracker = AckTracker(10)
+    for offset in (10, 11, 12):
+        tracker.sent(offset)
+    assert tracker.acked(10)
+    assert tracker.acked(11)
+    assert tracker.position == 12
+    assert tracker.acked(12)
+    assert tracker.position == 13
+    assert tracker.in_flight == 0
+
+
+def test_an_early_ack_waits_for_the_records_before_it() -> None:
+    tracker = AckTracker(0)
+    for offset in range(3):
+        tracker.sent(offset)
+    assert not tracker.acked(2)
+    assert not tracker.acked(1)
+    assert tracker.position == 0
+    assert tracker.in_flight == 1
+    assert tracker.acked(0)
+    assert tracker.position == 3
+
+
+def test_offset_gaps_are_not_filled_by_arithmetic() -> None:
+    # 5 and 9 are records; 6-8 are a transaction marker and compacted-away offsets.
+    tracker = AckTracker(5)
+    tracker.sent(5)
+    tracker.sent(9)
+    tracker.acked(5)
+    assert tracker.position == 6  # resuming at 6 re-reads nothing that was acknowledged
+    tracker.acked(9)
+    assert tracker.position == 10
+    assert tracker.next_offset == 10
+
+
+def test_acks_for_offsets_never_sent_are_ignored() -> None:
+    tracker = AckTracker(5)
+    tracker.sent(5)
+    tracker.sent(9)
+    assert not tracker.acked(7)
+    assert not tracker.acked(100)
+    assert tracker.in_flight == 2
+    tracker.acked(5)
+    tracker.acked(5)  # duplicate report
+    assert tracker.position == 6
+    assert tracker.in_flight == 1
+
+
+def test_sends_must_move_forward() -> None:
+    tracker = AckTracker(3)
+    tracker.sent(4)
+    with pytest.raises(OutOfOrderSend):
+        tracker.sent(4)
+    with pytest.raises(OutOfOrderSend):
+        tracker.sent(2)
+
+
+def test_a_failed_record_pins_the_checkpoint_until_rewind() -> None:
+    tracker = AckTracker(0)
+    for offset in range(4):
+        tracker.sent(offset)
+    tracker.acked(0)
+    tracker.failed(1)
+    tracker.acked(2)
+    tracker.acked(3)
+    assert tracker.position == 1
+    assert tracker.blocked
+    assert tracker.in_flight == 0
+    assert tracker.rewind() == 1
+    assert tracker.next_offset == 1
+    assert not tracker.blocked
+    tracker.sent(1)
+    tracker.acked(1)
+    assert tracker.position == 2
+
+
+def test_rewind_refuses_while_records_are_in_flight() -> None:
+    tracker = AckTracker(0)
+    tracker.sent(0)
+    tracker.sent(1)
+    tracker.failed(0)
+    with pytest.raises(RuntimeError):
+        tracker.rewind()
+
+
+def test_negative_start_is_rejected() -> None:
+    with pytest.raises(ValueError):
+        AckTracker(-1)
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_random_out_of_order_acks_with_gaps(seed: int) -> None:
+    rng = random.Random(seed)
+    start = rng.randrange(0, 1000)
+    sent: list[int] = []
+    offset = start
+    for _ in range(rng.randrange(1, 300)):
+        offset += rng.choice((0, 0, 0, 1, 2, 5))  # gaps from compaction and markers
+        sent.append(offset)
+        offset += 1
+    tracker = AckTracker(start)
+    acked: set[int] = set()
+    unsent = list(sent)
+    in_flight: list[int] = []
+    previous = start
+    while unsent or in_flight:
+        # Interleave sends and acks the way a producer with several requests in flight does.
+        if unsent and (not in_flight or rng.random() < 0.5):
+            sent_now = unsent.pop(0)
+            tracker.sent(sent_now)
+            in_flight.append(sent_now)
+        else:
+            done = in_flight.pop(rng.randrange(len(in_flight)))
+            tracker.acked(done)
+            acked.add(done)
+        assert tracker.position == _expected_position(start, sent, acked)
+        assert tracker.position >= previous
+        assert tracker.in_flight == len(in_flight)
+        assert all(o in acked for o in sent if o < tracker.position)
+        previous = tracker.position
+    assert tracker.position == sent[-1] + 1
+    assert tracker.pending == 0
+
+
+def test_skip_to_passes_offsets_without_records_when_nothing_is_pending() -> None:
+    tracker = AckTracker(0)
+    tracker.sent(0)
+    assert not tracker.skip_to(2)  # record 0 still in flight
+    tracker.acked(0)
+    assert tracker.position == 1
+    assert tracker.skip_to(2)  # offset 1 was a commit marker
+    assert tracker.position == 2
+    assert tracker.next_offset == 2
+    assert not tracker.skip_to(1)  # never backwards
+    tracker.sent(2)
+    tracker.failed(2)
+    assert not tracker.skip_to(5)  # a failed record pins the checkpoint
+    assert tracker.position == 2
+
+
+@pytest.mark.parametrize(
+    ("start", "checkpoint", "expected"),
+    [
+        ("earliest", None, 10),  # no checkpoint: the task decides
+        ("latest", None, 90),
+        ("latest", 42, 42),  # a checkpoint always wins over the task's start
+        ("earliest", 3, 10),  # below the earliest offset: deleted by retention
+        ("earliest", 95, 90),  # above the end: the source lost records
+        ("earliest", 90, 90),
+    ],
+)
+def test_start_offset(start: Literal["earliest", "latest"], checkpoint: int | None, expected: int) -> None:
+    assert start_offset(start, checkpoint, low=10, high=90) == expected

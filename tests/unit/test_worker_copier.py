@@ -1,0 +1,294 @@
+"""The copier's control logic: where partitions start, clean hand-over, moves between pipelines.
+
+Pipelines, checkpoint store and destination topics are in-memory fakes with the copier's own
+interfaces; the Kafka-facing versions are covered by tests/integration/test_copier.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from strait.worker import copier as copier_module
+from strait.worker.checkpoint import AckTracker, start_offset
+from strait.worker.copier import Copier, StartOffsets
+from strait.worker.destination import DestinationError
+from strait.worker.fetch import PartitionState
+from strait.worker.task import PartitionTask
+
+ROUTE = "a-b"
+
+
+class FakePipeline:
+    """Copies nothing by itself: tests send and acknowledge records through it."""
+
+    def __init__(self, *, name: str, **_: Any) -> None:
+        self.name = name
+        self.adds: list[tuple[PartitionTask, int]] = []
+        self.states: dict[PartitionTask, PartitionState] = {}
+        self._releases: list[tuple[PartitionState, threading.Event]] = []
+        self._lock = threading.Lock()
+        self.stopped = False
+
+    def start(self) -> None:
+        pass
+
+    def add(self, state: PartitionState, offset: int) -> None:
+        with self._lock:
+            state.tracker = AckTracker(offset)
+            state.pipeline = self.name
+            state.fetching = True
+            self.adds.append((state.task, offset))
+            self.states[state.task] = state
+
+    def release(self, state: PartitionState) -> threading.Event:
+        done = threading.Event()
+        with self._lock:
+            state.fetching = False
+            self.states.pop(state.task, None)
+            self._releases.append((state, done))
+            self._settle()
+        return done
+
+    def stop(self, timeout_s: float) -> None:
+        self.stopped = True
+
+    def send(self, state: PartitionState, *offsets: int) -> None:
+        assert state.tracker is not None
+        for offset in offsets:
+            state.tracker.sent(offset)
+
+    def ack(self, state: PartitionState, *offsets: int) -> None:
+        with self._lock:
+            assert state.tracker is not None
+            for offset in offsets:
+                state.tracker.acked(offset)
+            self._settle()
+
+    def _settle(self) -> None:
+        for state, done in self._releases:
+            if state.tracker is None or state.tracker.in_flight == 0:
+                done.set()
+
+
+class FakeCheckpoints:
+    """Committed offsets in memory, with the source's offset range per partition."""
+
+    def __init__(self) -> None:
+        self.committed: dict[PartitionTask, int] = {}
+        self.ranges: dict[PartitionTask, tuple[int, int]] = {}
+        self.commits: list[dict[PartitionTask, int]] = []
+        self.lock = threading.Lock()
+
+    def start_offsets(self, tasks: list[PartitionTask]) -> dict[PartitionTask, StartOffsets]:
+        result = {}
+        for task in tasks:
+            low, high = self.ranges.get(task, (0, 100))
+            checkpoint = self.committed.get(task)
+            result[task] = StartOffsets(start_offset(task.start, checkpoint, low, high), high, checkpoint)
+        return result
+
+    def commit(self, offsets: Mapping[PartitionTask, int]) -> set[PartitionTask]:
+        with self.lock:
+            self.committed.update(offsets)
+            self.commits.append(dict(offsets))
+        return set()
+
+    def close(self) -> None:
+        pass
+
+    def history(self, task: PartitionTask) -> list[int]:
+        with self.lock:
+            return [commit[task] for commit in self.commits if task in commit]
+
+
+class FakeDestinations:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, int]] = []
+        self.failures: list[Exception] = []
+
+    def ensure(self, source_topic: str, destination_topic: str, *, min_partitions: int = 0) -> int:
+        self.calls.append((source_topic, destination_topic, min_partitions))
+        if self.failures:
+            raise self.failures.pop(0)
+        return min_partitions
+
+    def forget(self, destination_topic: str) -> None:
+        pass
+
+
+class Harness:
+    def __init__(self, copier: Copier, checkpoints: FakeCheckpoints, destinations: FakeDestinations) -> None:
+        self.copier, self.checkpoints, self.destinations = copier, checkpoints, destinations
+        self.realtime: FakePipeline = copier._realtime  # type: ignore[assignment]
+        self.catchup: FakePipeline = copier._catchup  # type: ignore[assignment]
+
+    def state(self, task: PartitionTask) -> PartitionState:
+        for pipeline in (self.realtime, self.catchup):
+            if task in pipeline.states:
+                return pipeline.states[task]
+        raise KeyError(task)
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def _task(partition: int = 0, topic: str = "orders", start: str = "earliest") -> PartitionTask:
+    return PartitionTask(ROUTE, topic, partition, f"{topic}-copy", start)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def harness(monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    monkeypatch.setattr(copier_module, "MIN_DWELL_S", 0.0)
+    monkeypatch.setattr(copier_module, "CLASSIFY_INTERVAL_S", 0.02)
+    monkeypatch.setattr(copier_module, "START_RETRY_S", 0.05)
+    checkpoints, destinations = FakeCheckpoints(), FakeDestinations()
+    copier = Copier(
+        route=ROUTE,
+        source={"bootstrap.servers": "127.0.0.1:1"},
+        destination={"bootstrap.servers": "127.0.0.1:1"},
+        group_id="strait-a-b",
+        worker_id="w1",
+        commit_interval_s=0.02,
+        catchup_lag_threshold=1000,
+        pipeline_factory=FakePipeline,
+        checkpoints=checkpoints,
+        destinations=destinations,
+    )
+    copier.start()
+    yield Harness(copier, checkpoints, destinations)
+    copier.stop(drain=False, timeout_s=1)
+
+
+def test_partitions_start_at_their_checkpoint_or_at_task_start(harness: Harness) -> None:
+    resumed, fresh, latest = _task(0), _task(1), _task(2, start="latest")
+    harness.checkpoints.committed[resumed] = 42
+    harness.checkpoints.ranges[latest] = (10, 90)
+    harness.copier.assign([resumed, fresh, latest])
+    _wait_for(lambda: len(harness.realtime.adds) == 3)
+    assert sorted(harness.realtime.adds, key=lambda a: a[0].partition) == [(resumed, 42), (fresh, 0), (latest, 90)]
+    assert harness.destinations.calls == [("orders", "orders-copy", 3)]
+    # Resolved starts are committed at once: a later owner must not resolve "latest" again.
+    _wait_for(lambda: harness.checkpoints.history(latest) == [90])
+    assert harness.checkpoints.history(fresh) == [0]
+    assert all(s.state == "ok" for s in harness.copier.stats().values())
+
+
+def test_a_partition_far_behind_starts_in_the_catchup_pipeline(harness: Harness) -> None:
+    behind, current = _task(0), _task(1)
+    harness.checkpoints.ranges[behind] = (0, 1_000_000)
+    harness.checkpoints.ranges[current] = (0, 10)
+    harness.copier.assign([behind, current])
+    _wait_for(lambda: len(harness.realtime.adds) + len(harness.catchup.adds) == 2)
+    assert harness.catchup.adds == [(behind, 0)]
+    assert harness.realtime.adds == [(current, 0)]
+
+
+def test_revoke_waits_for_in_flight_acks_then_commits_the_exact_end(harness: Harness) -> None:
+    task = _task()
+    harness.copier.assign([task])
+    _wait_for(lambda: task in harness.realtime.states)
+    state = harness.state(task)
+    harness.realtime.send(state, 0, 1, 2, 5)  # 3-4: a transaction marker and an aborted record
+    harness.realtime.ack(state, 0)
+
+    returned = threading.Event()
+
+    def revoke() -> None:
+        harness.copier.revoke([task])
+        returned.set()
+
+    threading.Thread(target=revoke, daemon=True).start()
+    assert not returned.wait(0.3), "revoke returned with records in flight"
+    assert harness.copier.stats()[task].state == "draining"
+    harness.realtime.ack(state, 5, 2, 1)
+    assert returned.wait(5)
+    assert harness.checkpoints.history(task)[-1] == 6
+    assert harness.copier.assigned() == set()
+    commits = len(harness.checkpoints.commits)
+    time.sleep(0.1)
+    assert harness.checkpoints.history(task)[-1] == 6
+    assert len(harness.checkpoints.commits) == commits, "a released partition was committed again"
+
+
+def test_revoke_that_times_out_commits_only_the_acknowledged_prefix(harness: Harness) -> None:
+    task = _task()
+    harness.copier.assign([task])
+    _wait_for(lambda: task in harness.realtime.states)
+    state = harness.state(task)
+    harness.realtime.send(state, 0, 1, 2)
+    harness.realtime.ack(state, 0, 2)
+    started = time.monotonic()
+    harness.copier.revoke([task], timeout_s=0.3)
+    assert time.monotonic() - started < 3
+    assert harness.checkpoints.history(task)[-1] == 1  # 1 is unacknowledged: the next owner re-sends it
+    assert harness.copier.assigned() == set()
+
+
+def test_a_partition_that_falls_behind_moves_to_catchup_at_its_checkpoint(harness: Harness) -> None:
+    task = _task()
+    harness.checkpoints.ranges[task] = (0, 0)
+    harness.copier.assign([task])
+    _wait_for(lambda: task in harness.realtime.states)
+    state = harness.state(task)
+    harness.realtime.send(state, 0, 1, 2)
+    harness.realtime.ack(state, 0, 1, 2)
+    state.source_end = 50_000
+    _wait_for(lambda: harness.catchup.adds == [(task, 3)])
+    assert task not in harness.realtime.states
+    # Caught up again: back to the realtime pipeline, again at the exact checkpoint.
+    harness.catchup.send(state, 3, 4)
+    harness.catchup.ack(state, 3, 4)
+    state.source_end = 5
+    _wait_for(lambda: harness.realtime.adds[-1] == (task, 5))
+    assert harness.copier.stats()[task].pipeline == "realtime"
+
+
+def test_a_failing_destination_is_reported_and_tried_again(harness: Harness) -> None:
+    task = _task()
+    harness.destinations.failures.append(DestinationError("destination topic 'orders-copy': not authorised"))
+    harness.copier.assign([task])
+    _wait_for(lambda: len(harness.destinations.calls) >= 1)
+    _wait_for(lambda: task in harness.realtime.states)
+    assert harness.copier.stats()[task].state == "ok"
+    assert len(harness.destinations.calls) == 2
+
+
+def test_failed_partition_shows_its_reason(harness: Harness) -> None:
+    task = _task()
+    harness.copier.assign([task])
+    _wait_for(lambda: task in harness.realtime.states)
+    harness.state(task).error = "destination orders-copy/0 does not exist (deleted?)"
+    assert harness.copier.stats()[task].state == "failed:destination orders-copy/0 does not exist (deleted?)"
+
+
+def test_tasks_of_another_route_or_clashing_settings_are_rejected(harness: Harness) -> None:
+    with pytest.raises(ValueError, match="route"):
+        harness.copier.assign([PartitionTask("other", "orders", 0, "orders", "earliest")])
+    harness.copier.assign([_task()])
+    harness.copier.assign([_task()])  # the same task again is a no-op
+    with pytest.raises(ValueError, match="already assigned"):
+        harness.copier.assign([PartitionTask(ROUTE, "orders", 0, "renamed", "earliest")])
+    assert harness.copier.assigned() == {_task()}
+
+
+def test_stop_with_drain_hands_every_partition_over(harness: Harness) -> None:
+    tasks = [_task(0), _task(1)]
+    harness.copier.assign(tasks)
+    _wait_for(lambda: all(t in harness.realtime.states for t in tasks))
+    for offset_base, task in enumerate(tasks):
+        state = harness.state(task)
+        harness.realtime.send(state, 10 + offset_base)
+        harness.realtime.ack(state, 10 + offset_base)
+    harness.copier.stop(drain=True, timeout_s=5)
+    assert [harness.checkpoints.history(t)[-1] for t in tasks] == [11, 12]
+    assert harness.realtime.stopped and harness.catchup.stopped
+    assert harness.copier.assigned() == set()
