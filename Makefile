@@ -15,6 +15,7 @@ $(BIN)/strait: pyproject.toml
 
 setup: $(BIN)/strait
 	$(BIN)/strait sandbox fetch
+	bash scripts/vendor_ui.sh
 
 demo: setup
 	$(BIN)/strait demo

@@ -15,7 +15,8 @@ import resource
 import time
 
 from strait.balancer import operations
-from strait.balancer.goals import Goals
+from strait.balancer.goals import Goals, leader_counts
+from strait.balancer.plan import apply
 from strait.balancer.synthetic import Shape, generate
 
 SIZES = {
@@ -41,6 +42,8 @@ def run(name: str, seed: int) -> None:
     cpu = time.process_time() - cpu0
     after = _peak_mb()
     s = plan.stats
+    lead0 = leader_counts(model)
+    lead1 = leader_counts(apply(model, plan.moves))
     print(
         f"{name}: {shape.brokers} brokers x {shape.dirs_per_broker} disks x {model.replica_count():,} replicas | "
         f"generate {t1 - t0:.1f}s | plan {t2 - t1:.1f}s wall, {cpu:.1f}s CPU | "
@@ -49,7 +52,8 @@ def run(name: str, seed: int) -> None:
         f"(inter {s['inter_broker_moves']:,}, intra {s['intra_broker_moves']:,}) | "
         f"bytes {s['bytes'] / 2**40:.2f} TiB vs lower bound {s['min_bytes'] / 2**40:.2f} TiB "
         f"({s['bytes'] / max(s['min_bytes'], 1):.2f}x) | spread {s['spread_before']:.3f} -> {s['spread_after']:.3f} "
-        f"| warnings {len(plan.warnings)}",
+        f"| preferred leaders per broker {min(lead0.values())}..{max(lead0.values())} -> "
+        f"{min(lead1.values())}..{max(lead1.values())} | warnings {len(plan.warnings)}",
         flush=True,
     )
 

@@ -119,6 +119,21 @@ class WorkerConfig(_Model):
     revoke_timeout_s: float = Field(default=30.0, gt=0)
 
 
+class ObservabilityConfig(_Model):
+    """Metrics, stuck-partition healing and slow-worker detection."""
+
+    # Where each worker serves its Prometheus `/metrics`; port 0 picks a free port (several
+    # workers per host), and the controller lists the real addresses at `/metrics/targets`.
+    worker_metrics_listen: str | None = "127.0.0.1:0"
+    sample_interval_s: float = Field(default=2.0, gt=0)
+    # A lagging partition whose checkpoint has not moved this long is stuck.
+    stuck_after_s: float = Field(default=60.0, gt=0)
+    heal: bool = True
+    max_moves: int = Field(default=3, ge=0)
+    cooldown_s: float = Field(default=600.0, gt=0)
+    slow_worker_ratio: float = Field(default=0.25, gt=0, lt=1)
+
+
 class StraitConfig(_Model):
     """The whole configuration file."""
 
@@ -127,6 +142,21 @@ class StraitConfig(_Model):
     routes: list[RouteConfig] = Field(min_length=1)
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
+
+    @field_validator("clusters")
+    @classmethod
+    def _scalar_properties(cls, clusters: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        # librdkafka turns any value into text, so a YAML list of brokers would silently become
+        # the host "['a:9092', 'b:9092']"; refuse it here, naming the property.
+        for name, props in clusters.items():
+            for key, value in props.items():
+                if not isinstance(value, str | int | float | bool):
+                    raise ValueError(
+                        f"{name}.{key}: a client property must be text, a number or true/false, "
+                        f"not {type(value).__name__} (write lists as 'a:9092,b:9092')"
+                    )
+        return clusters
 
     @model_validator(mode="after")
     def _consistent_routes(self) -> StraitConfig:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # re-exported, not in __all__
 
 from strait import clients
+from strait.sandbox.ports import free_port
 from strait.web.client import ApiError, ControllerClient
 
 # A generated record: value "<partition>:<seq>:<timestamp ms>", header seq=<seq>, and that
@@ -40,16 +40,12 @@ from strait.web.client import ApiError, ControllerClient
 TIMESTAMP_SKEW_MS = 60_000
 
 
-def encode_record(partition: int, seq: int) -> tuple[bytes, list[tuple[str, str | bytes | None]], int]:
-    """(value, headers, timestamp ms) of record `seq` of a partition."""
-    timestamp = int(time.time() * 1000) - TIMESTAMP_SKEW_MS - seq % 1000
+def encode_record(
+    partition: int, seq: int, *, skew_ms: int = TIMESTAMP_SKEW_MS
+) -> tuple[bytes, list[tuple[str, str | bytes | None]], int]:
+    """(value, headers, timestamp ms) of record `seq` of a partition, `skew_ms` in the past."""
+    timestamp = int(time.time() * 1000) - skew_ms - (seq % 1000 if skew_ms else 0)
     return f"{partition}:{seq}:{timestamp}".encode(), [("seq", str(seq).encode())], timestamp
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.2) -> bool:
@@ -74,7 +70,12 @@ def create_topic(
 class Generator:
     """Produces sequence-numbered records to every partition of some topics at a steady rate."""
 
-    def __init__(self, props: Mapping[str, Any], *, rate_per_partition: float = 50.0) -> None:
+    def __init__(
+        self, props: Mapping[str, Any], *, rate_per_partition: float = 50.0, timestamp_skew_ms: int = TIMESTAMP_SKEW_MS
+    ) -> None:
+        # Tests backdate timestamps to prove they are preserved; the demo stamps records now so
+        # that its end-to-end latency figures mean something.
+        self._skew_ms = timestamp_skew_ms
         # A short metadata refresh lets the generator see partitions added to a topic quickly.
         self._producer = clients.producer(
             props, **{"enable.idempotence": True, "linger.ms": 5, "topic.metadata.refresh.interval.ms": 1000}
@@ -133,7 +134,7 @@ class Generator:
     def _send(self, topic: str, partition: int) -> None:
         key = (topic, partition)
         seq = self._next.get(key, 0)
-        value, headers, timestamp = encode_record(partition, seq)
+        value, headers, timestamp = encode_record(partition, seq, skew_ms=self._skew_ms)
 
         def delivered(err: Any, _msg: Any) -> None:
             if err is not None:
@@ -299,13 +300,14 @@ def run(*, workers: int = 2, topics: int = 3) -> int:
         url = fleet.start_controller("controller-1")
         for n in range(workers):
             fleet.start_worker(f"worker-{n + 1}")
-        generator = Generator(src, rate_per_partition=100).start()
+        generator = Generator(src, rate_per_partition=100, timestamp_skew_ms=0).start()
         for n in range(topics):
             topic = f"demo-{n + 1}"
             create_topic(src, topic, partitions=4)
             generator.add(topic, 4)
             fleet.api().add_topic(topic)
         print(f"controller API: {url}   (OpenAPI: {url}/docs, e.g. curl {url}/workers)")
+        print(f"dashboard: {url}/ui   metrics: {url}/metrics")
         print(f"logs: {fleet.workdir}; Ctrl-C stops everything", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             while True:

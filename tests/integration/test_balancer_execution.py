@@ -18,17 +18,21 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from fastapi import FastAPI, Request
+from fastapi.exceptions import HTTPException
+from fastapi.testclient import TestClient
 
 from strait import clients
 from strait.balancer import executor, operations, service
 from strait.balancer.gateway import KafkaGateway
-from strait.balancer.goals import Goals, eligible_dirs, spread
+from strait.balancer.goals import Goals, eligible_dirs, leader_counts, spread
 from strait.balancer.model import ClusterModel, rack_violations
 from strait.balancer.plan import InterBrokerMove, IntraBrokerMove, Plan
 from strait.balancer.state import StateStore
 from strait.balancer.throttle import BROKER_KEYS, TOPIC_KEYS
 from strait.balancer.window import Caps
 from strait.sandbox import Sandbox, SandboxSpec
+from strait.web.balance import mount_balance
 
 pytestmark = pytest.mark.integration
 
@@ -395,3 +399,103 @@ def test_cli_fixes_a_rack_violation_and_prints_json_plans(cluster: dict[str, Any
     assert service.make_plan(c["props"], "fix-racks").moves == ()
     with pytest.raises(ValueError, match="drain"):
         service.make_plan(c["props"], "drain")
+
+
+def test_another_tools_reassignment_is_left_alone(cluster: dict[str, Any]) -> None:
+    c = cluster
+    _create(c, "foreign", {0: [1]})
+    _create(c, "mine", {0: [3]})
+    _produce(c, "foreign", {0: 2000})
+    _produce(c, "mine", {0: 100})
+    gw = KafkaGateway(c["props"])
+    # Another tool's slow reassignment of foreign-0 to broker 2, with its own throttles.
+    operator = {
+        "topic": {"leader.replication.throttled.replicas": "0:1", "follower.replication.throttled.replicas": "0:2"},
+        1: {"leader.replication.throttled.rate": "10000"},
+        2: {"follower.replication.throttled.rate": "10000"},
+    }
+    gw.alter_topic_configs("foreign", {k: ("SET", v) for k, v in operator["topic"].items()})
+    for b in (1, 2):
+        gw.alter_broker_configs(b, {k: ("SET", v) for k, v in operator[b].items()})
+    assert gw.reassign({("foreign", 0): (2,)}) == {("foreign", 0): None}
+    plan = Plan(operation="manual", cluster_id=_model(c).cluster_id, moves=(
+        InterBrokerMove("foreign", 0, (1,), (3,), {}, 2_000_000),
+        InterBrokerMove("mine", 0, (3,), (4,), {}, 100_000),
+    ))
+    final = executor.start(gw, StateStore(c["props"]), plan, executor.Options(throttle=5_000_000)).run()
+    assert final.moves["inter:mine:0"]["state"] == "done"
+    assert final.moves["inter:foreign:0"]["state"] == "skipped"
+    assert ("foreign", 0) in gw.reassignments(), "the other tool's move must still be running"
+    assert gw.topic_configs("foreign", TOPIC_KEYS) == operator["topic"]
+    assert gw.broker_configs(1, ["leader.replication.throttled.rate"]) == operator[1]
+    # Clean up as the other tool would.
+    gw.reassign({("foreign", 0): None})
+    gw.alter_topic_configs("foreign", {k: ("DELETE", None) for k in operator["topic"]})
+    for b in (1, 2):
+        gw.alter_broker_configs(b, {k: ("DELETE", None) for k in operator[b]})
+    gw.close()
+    assert _wait(lambda: not _leftovers(c, ["foreign", "mine"]), 15, "clean after the other tool")
+
+
+def test_cli_leaders_reorders_and_elects(cluster: dict[str, Any]) -> None:
+    c = cluster
+    bootstrap = c["props"]["bootstrap.servers"]
+    _create(c, "leaned", {p: [1, 2 if p % 2 else 3] for p in range(12)})  # broker 1 leads all twelve
+    shown = _cli("leaders", "--bootstrap", bootstrap, "--json")
+    assert shown.returncode == 0, shown.stderr
+    moves = json.loads(shown.stdout)["moves"]
+    assert any(m["topic"] == "leaned" for m in moves), moves
+    assert all(m["bytes"] == 0 for m in moves)
+    before = leader_counts(_model(c))
+    done = _cli("leaders", "--bootstrap", bootstrap, "--execute", "--json")
+    assert done.returncode == 0, done.stderr
+    gw = KafkaGateway(c["props"])
+    try:
+        def elected() -> bool:
+            replicas, leaders = gw.replicas(["leaned"]), gw.leaders(["leaned"])
+            return all(leaders[k] == r[0] for k, r in replicas.items())
+
+        _wait(elected, 15, "preferred leaders elected")
+    finally:
+        gw.close()
+    after = _model(c)
+    assert leader_counts(after)[1] < before[1]
+    assert operations.leaders(after).moves == (), "nothing left to even out"
+
+
+def test_rest_plans_starts_watches_and_guards_executions(cluster: dict[str, Any]) -> None:
+    def require_token(request: Request) -> None:
+        if request.headers.get("authorization") != "Bearer s3cret":
+            raise HTTPException(status_code=401, detail="missing or wrong API token")
+
+    app = FastAPI()
+    mount_balance(app, {"big": cluster["props"]}, require_token)
+    api = TestClient(app)
+    auth = {"Authorization": "Bearer s3cret"}
+
+    unknown = api.get("/balance/nope/plan")
+    assert unknown.status_code == 404 and "nope" in unknown.json()["error"]
+    assert api.post("/balance/big/executions", json={}).status_code == 401
+    bad = api.post("/balance/big/executions", json={"plan": {"moves": "nonsense"}}, headers=auth)
+    assert bad.status_code == 400 and bad.json()["error"]
+
+    _create(cluster, "viarest", {0: [1], 1: [1], 2: [3]})
+    _produce(cluster, "viarest", {0: 400, 1: 400, 2: 400})
+    plan = api.get("/balance/big/plan", params={"operation": "drain", "brokers": [1]})
+    assert plan.status_code == 200, plan.text
+    assert plan.json()["moves"], "draining broker 1 must move its replicas"
+
+    started = api.post("/balance/big/executions", json={"plan": plan.json(), "throttle": "20MB"}, headers=auth)
+    assert started.status_code == 201, started.text
+    execution_id = started.json()["execution"]
+
+    def finished() -> dict[str, Any] | None:
+        current = api.get("/balance/big/executions/current").json()
+        ended = current.get("execution_id") == execution_id and current["status"] in ("done", "failed", "cancelled")
+        return current if ended else None
+
+    final = _wait(finished, 120, "REST-started execution finishes")
+    assert final["status"] == "done", final
+    assert final["alive"] is False and final["done"] == final["total"]
+    placed = [p.replicas for p in _model(cluster).partitions.values() if p.topic == "viarest"]
+    assert placed and not any(1 in replicas for replicas in placed)

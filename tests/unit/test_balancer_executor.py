@@ -311,3 +311,30 @@ def test_move_found_already_applied_counts_as_done() -> None:
     ex = _run(cluster, plan, caps=CAPS)
     assert ex.states["inter:t:2"]["state"] == "done"
     assert "reassign ('t', 2)" not in cluster.log
+
+
+def test_executor_crash_removes_throttles_and_leaves_the_run_resumable() -> None:
+    cluster, plan = _long_tail()
+    cluster.speed = 1
+    ex = Executor(cluster, None, "x", plan, Options(caps=CAPS, throttle=1000), sleep=lambda _: None)
+
+    def boom(snap: object) -> None:
+        if cluster.ticks == 3:
+            raise RuntimeError("admin client died")
+
+    with pytest.raises(RuntimeError):
+        ex.run(boom)
+    assert cluster.topic_cfg == {} and cluster.broker_cfg == {}
+    assert ex.status == "running"
+    assert ex.snapshot().in_flight > 0
+
+
+def test_moves_blocked_by_another_tool_are_skipped_not_waited_on_forever() -> None:
+    cluster, plan = _long_tail()
+    cluster.copies[("t", 3)] = _Copy((5,), 10_000, (2,))  # effectively never finishes
+    cluster.foreign.add(("t", 3))
+    ex = _run(cluster, plan, caps=CAPS)
+    assert ex.states["inter:t:3"]["state"] == "skipped"
+    assert "another tool" in ex.states["inter:t:3"]["error"]
+    assert ("t", 3) in cluster.copies, "the other tool's reassignment is untouched"
+    assert "cancel ('t', 3)" not in cluster.log

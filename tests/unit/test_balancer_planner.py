@@ -202,3 +202,15 @@ def test_unknown_broker_is_refused_by_name() -> None:
         operations.drain(model, [99])
     with pytest.raises(ValueError, match="99"):
         operations.fill(model, [99])
+
+
+def test_replica_on_an_offline_broker_is_planned_around() -> None:
+    # Broker 9 is gone from the cluster metadata but still listed as a replica.
+    disks = {(1, "/a"): 0, (2, "/a"): 0, (3, "/a"): 0}
+    model = _model(disks, [(10, (1, 2), ("/a", "/a"))] * 4)
+    ghost = Partition("g", 0, (1, 9), ("/a", ""), 10, 1)
+    model = ClusterModel.build(model.brokers.values(), model.all_dirs(), [*model.partitions.values(), ghost])
+    plan = operations.rebalance(model, Goals(threshold=0.0))
+    assert violations(model, plan, Goals(threshold=0.0)) == []
+    assert plan.moves
+    assert 9 in apply(model, plan.moves).partitions[("g", 0)].replicas

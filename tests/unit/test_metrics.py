@@ -258,6 +258,11 @@ def test_dashboard_endpoints_serve_the_view_metrics_and_targets() -> None:
     observatory.sample()
     view = client.get("/observability").json()
     assert view["charts"]["partitions_per_worker"]["w1"][0][1] == 2
+    assert "partitions" not in view
+    assert [p["partition"] for p in client.get("/observability?partitions=true").json()["partitions"]] == [
+        "r/t/0",
+        "r/t/1",
+    ]
     assert client.get("/metrics/targets").json() == [
         {"targets": ["127.0.0.1:9999"], "labels": {"worker": "w1", "__metrics_path__": "/metrics"}}
     ]
@@ -275,3 +280,23 @@ def test_balance_summary_counts_moves_by_state() -> None:
     assert summary["by_state"] == {"done": 1, "pending": 1, "running": 1, "skipped": 1}
     assert summary["progress"] == 0.5
     assert summarize("e2", "done", {})["progress"] == 1.0
+
+
+def test_strait_status_renders_the_view_as_tables() -> None:
+    from rich.console import Console
+
+    from strait.cli.status import render
+
+    now = [5000.0]
+    observatory, _store, _ = make_observatory(lambda keys: {k: (1, 9) for k in keys}, lambda: now[0])
+    for _ in range(7):
+        observatory.sample()
+        now[0] += 1
+    console = Console(record=True, width=160)
+    console.print(render(observatory.view()))
+    text = console.export_text()
+    for expected in ("Workers", "w1", "active", "dead", "Lag per topic", "r/t", "Stuck partitions", "r/t/0"):
+        assert expected in text, expected
+    console = Console(record=True, width=160)
+    console.print(render({"updated": None}))
+    assert "not sampled" in console.export_text()

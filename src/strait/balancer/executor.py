@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from strait.balancer.errors import BalanceError, ExecutionConflict, PlanError
-from strait.balancer.gateway import Gateway, ReplicaKey
+from strait.balancer.gateway import Gateway, Reassignment, ReplicaKey
+from strait.balancer.model import ClusterModel, Partition
 from strait.balancer.plan import InterBrokerMove, IntraBrokerMove, Move, Plan, order_for_execution, validate
 from strait.balancer.state import Execution, StateStore
 from strait.balancer.throttle import Ledger, Throttles
@@ -197,10 +198,11 @@ class Executor:
                 self.sleep(self.options.poll_interval)
             self._finish()
         except BaseException as exc:
-            # Whatever went wrong, leave no throttle behind; running moves stay recorded so a
-            # `cancel` or a resumed executor can deal with them.
+            # Whatever went wrong, leave no throttle behind. The status stays as it was, so the
+            # execution reads as unfinished: once the heartbeat is stale, `cancel` or
+            # `execute --resume` deal with the moves still in flight (a caller that catches
+            # KeyboardInterrupt can also `request_cancel()` and `run()` again).
             self._safe_clear_throttles()
-            self.status = "failed" if self.status == "running" else self.status
             try:
                 self._save(force=True, error=f"executor stopped: {exc!r}")
             except Exception as save_exc:
@@ -353,9 +355,17 @@ class Executor:
     def _start_moves(self, reassigning: Mapping[tuple[str, int], Any]) -> None:
         if self.options.mode == "batch" and self._active():
             return
-        busy = {m.key for m in self._active()} | set(reassigning)
+        active = self._active()
+        busy = {m.key for m in active} | set(reassigning)
         candidates = self._pending()
         if not candidates:
+            return
+        if not active and all(m.key in reassigning for m in candidates):
+            # Only partitions another tool is reassigning are left. Their moves are not ours to
+            # force or to wait on forever: skip them, leaving the other tool's work alone.
+            for m in candidates:
+                self._set(m, SKIPPED, error=f"partition {m.topic}-{m.partition} is being reassigned by "
+                          "another tool; left alone")
             return
         admitted = self.window.admit(candidates, busy)
         if not admitted:
@@ -577,11 +587,31 @@ def start(gateway: Gateway, store: StateStore, plan: Plan, options: Options) -> 
         raise ExecutionConflict(
             f"execution {current.id} is {state} on this cluster; use `status`, `cancel`, or `execute --resume`"
         )
-    model = gateway.load_model()
+    model = _settled(gateway.load_model(), gateway.reassignments())
     validate(plan, model)
     execution_id = new_execution_id()
     store.start(execution_id, plan.to_dict(), options.to_dict())
     return Executor(gateway, store, execution_id, plan, options)
+
+
+def _settled(model: ClusterModel, reassigning: Mapping[tuple[str, int], Reassignment]) -> ClusterModel:
+    """The model with partitions under someone's reassignment shown at their original replicas.
+
+    Metadata lists adding and removing replicas together while a reassignment runs; a plan made
+    before it started must not be called stale for that (the executor leaves such partitions
+    alone anyway).
+    """
+    if not reassigning:
+        return model
+    parts = []
+    for key, p in model.partitions.items():
+        r = reassigning.get(key)
+        if r is not None and r.adding:
+            keep = [i for i, b in enumerate(p.replicas) if b not in r.adding]
+            p = Partition(p.topic, p.partition, tuple(p.replicas[i] for i in keep), tuple(p.dirs[i] for i in keep),
+                          p.size, p.leader)
+        parts.append(p)
+    return ClusterModel.build(model.brokers.values(), model.all_dirs(), parts, model.cluster_id)
 
 
 def resume(gateway: Gateway, store: StateStore, execution_id: str | None = None) -> Executor:

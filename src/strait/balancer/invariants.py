@@ -24,15 +24,16 @@ def violations(before: ClusterModel, plan: Plan, goals: Goals, excluded: Collect
         if len(set(new.replicas)) != len(new.replicas):
             problems.append(f"{new.name}: a broker holds two replicas {list(new.replicas)}")
         for b in new.replicas:
-            if b not in before.brokers:
+            if b not in before.brokers and b not in old.replicas:
                 problems.append(f"{new.name}: replica on unknown broker {b}")
             if b in excluded:
                 problems.append(f"{new.name}: replica left on drained broker {b}")
         bad_after = rack_violations(after, new)
         if bad_after and not set(bad_after) <= set(rack_violations(before, old)):
             problems.append(f"{new.name}: plan puts too many replicas in rack(s) {bad_after}")
+        was_placed = set(zip(old.replicas, old.dirs, strict=True))
         for b, d in zip(new.replicas, new.dirs, strict=True):
-            if b in before.brokers and before.log_dir(b, d) is None:
+            if b in before.brokers and before.log_dir(b, d) is None and (b, d) not in was_placed:
                 problems.append(f"{new.name}: broker {b} has no log dir {d}")
     old_dirs = {(d.broker, d.path): d for d in before.all_dirs()}
     for disk in after.all_dirs():

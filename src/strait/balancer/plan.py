@@ -242,38 +242,45 @@ def validate(plan: Plan, model: ClusterModel) -> None:
 
 def apply(model: ClusterModel, moves: Iterable[Move]) -> ClusterModel:
     """The model after `moves` complete: what the before/after tables and the invariant checks use."""
-    parts = dict(model.partitions)
+    changed: dict[PartitionKey, Partition] = {}
     for m in moves:
-        p = parts[m.key]
+        p = changed.get(m.key) or model.partitions[m.key]
         if isinstance(m, InterBrokerMove):
             dirs = tuple(
                 p.dir_of(b) if b in p.replicas else m.target_dirs.get(b) or _first_dir(model, b) for b in m.target
             )
             leader = p.leader if p.leader in m.target else m.target[0]
-            parts[m.key] = Partition(p.topic, p.partition, m.target, dirs, p.size, leader)
+            changed[m.key] = Partition(p.topic, p.partition, m.target, dirs, p.size, leader)
         else:
             dirs = tuple(m.target_dir if b == m.broker else d for b, d in zip(p.replicas, p.dirs, strict=True))
-            parts[m.key] = Partition(p.topic, p.partition, p.replicas, dirs, p.size, p.leader)
-    return with_partitions(model, parts.values())
+            changed[m.key] = Partition(p.topic, p.partition, p.replicas, dirs, p.size, p.leader)
+    # Disk usage changes only where changed partitions left or arrived.
+    delta: dict[tuple[int, str], int] = {}
+    for key, new in changed.items():
+        old = model.partitions[key]
+        for b, d in zip(old.replicas, old.dirs, strict=True):
+            delta[(b, d)] = delta.get((b, d), 0) - old.size
+        for b, d in zip(new.replicas, new.dirs, strict=True):
+            delta[(b, d)] = delta.get((b, d), 0) + new.size
+    dirs_after = [
+        LogDir(d.broker, d.path, d.capacity, d.used + delta.get((d.broker, d.path), 0)) for d in model.all_dirs()
+    ]
+    parts = dict(model.partitions)
+    parts.update(changed)
+    return ClusterModel(brokers=model.brokers, log_dirs=_group(dirs_after, model), partitions=parts,
+                        cluster_id=model.cluster_id)
+
+
+def _group(dirs: Iterable[LogDir], model: ClusterModel) -> dict[int, tuple[LogDir, ...]]:
+    by_broker: dict[int, list[LogDir]] = {b: [] for b in model.brokers}
+    for d in dirs:
+        by_broker.setdefault(d.broker, []).append(d)
+    return {b: tuple(v) for b, v in by_broker.items()}
 
 
 def _first_dir(model: ClusterModel, broker: int) -> str:
     dirs = model.log_dirs.get(broker, ())
     return dirs[0].path if dirs else ""
-
-
-def with_partitions(model: ClusterModel, partitions: Iterable[Partition]) -> ClusterModel:
-    """A model with the given placements, disk usage recomputed from the delta in replica bytes."""
-    parts = list(partitions)
-    delta: dict[tuple[int, str], int] = {}
-    for p in model.partitions.values():
-        for b, d in zip(p.replicas, p.dirs, strict=True):
-            delta[(b, d)] = delta.get((b, d), 0) - p.size
-    for p in parts:
-        for b, d in zip(p.replicas, p.dirs, strict=True):
-            delta[(b, d)] = delta.get((b, d), 0) + p.size
-    dirs = [LogDir(d.broker, d.path, d.capacity, d.used + delta.get((d.broker, d.path), 0)) for d in model.all_dirs()]
-    return ClusterModel.build(model.brokers.values(), dirs, parts, model.cluster_id)
 
 
 def order_for_execution(moves: Sequence[Move]) -> list[Move]:

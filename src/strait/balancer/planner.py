@@ -48,7 +48,9 @@ class Workspace:
         self.rack_count = len(racks)
         self.broker_rack = {b.id: rack_index[b.rack] for b in model.brokers.values()}
         # Lists indexed by broker id: the rule checks run millions of times on big clusters.
-        self.rack_by_id = [0] * (max(model.brokers, default=0) + 1)
+        # Replicas on brokers missing from the model (offline) count as rack 0's: conservative.
+        top_id = max([*model.brokers, *(b for p in model.partitions.values() for b in p.replicas)], default=0)
+        self.rack_by_id = [0] * (top_id + 1)
         for b, r in self.broker_rack.items():
             self.rack_by_id[b] = r
 
@@ -435,24 +437,33 @@ def balance_leaders(ws: Workspace) -> None:
             heapq.heappop(heap)
         return heap[0][1] if heap else None
 
+    # Per broker, how far its led list has been tried. A partition that found no follower with
+    # few enough leaders is not tried again for that broker: the broker's own count only falls,
+    # so it would mostly fail again, and re-scanning made this phase quadratic.
+    cursor: dict[int, int] = {}
+    brokers_set = set(brokers)  # live, not drained: the brokers that may lead
     while True:
         b_max, b_min = top(most, -1), top(least, 1)
         if b_max is None or b_min is None or count[b_max] - count[b_min] <= 1:
             break
         candidates = led[b_max]
-        for i in range(len(candidates) - 1, -1, -1):
+        i = cursor.get(b_max, 0)
+        moved = False
+        while i < len(candidates):
             pidx = candidates[i]
-            followers = [x for x in ws.replicas[pidx][1:] if x not in ws.excluded]
-            if not followers:
-                continue
-            best = min(followers, key=lambda x: (count[x], x))
-            if count[best] < count[b_max] - 1:
+            followers = [x for x in ws.replicas[pidx][1:] if x in brokers_set]
+            best = min(followers, key=lambda x: (count[x], x)) if followers else None
+            if best is not None and count[best] < count[b_max] - 1:
+                del candidates[i]
                 _lead_with(ws, pidx, best, led, count)
                 for b in (b_max, best):
                     heapq.heappush(most, (-count[b], b))
                     heapq.heappush(least, (count[b], b))
+                moved = True
                 break
-        else:
+            i += 1
+        cursor[b_max] = i
+        if not moved:
             # No partition led here has a follower with fewer leaders: this broker is done.
             heapq.heappop(most)
 
@@ -466,7 +477,6 @@ def _lead_with(ws: Workspace, pidx: int, new: int, led: dict[int, list[int]], co
     reps[0], reps[j] = reps[j], reps[0]
     disks = ws.disks[pidx]
     disks[0], disks[j] = disks[j], disks[0]
-    led[old].remove(pidx)
     led.setdefault(new, []).append(pidx)
     count[old] -= 1
     count[new] = count.get(new, 0) + 1

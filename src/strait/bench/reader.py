@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from strait import clients
-from strait.bench.records import decode
+from strait.bench.records import Stamp, decode
 from strait.bench.verifier import Verifier, VerifyReport
 
 _ROW = 6  # topic index, destination partition, source partition, sequence, sent µs, arrived µs
@@ -47,7 +47,8 @@ class Arrivals:
     def __len__(self) -> int:
         return len(self.rows) // _ROW
 
-    def iter_rows(self) -> Any:
+    def iter_rows(self) -> Iterator[tuple[str, int, int, int, int, int]]:
+        """(topic, destination partition, source partition, sequence, sent µs, arrived µs) per record."""
         rows = self.rows
         for i in range(0, len(rows), _ROW):
             yield self.topics[rows[i]], rows[i + 1], rows[i + 2], rows[i + 3], rows[i + 4], rows[i + 5]
@@ -73,8 +74,7 @@ class Arrivals:
         ]
 
     def verify(self, expected: Mapping[tuple[str, int], int]) -> VerifyReport:
-        from strait.bench.records import Stamp
-
+        """The verifier's verdict on everything read, against the counts produced per partition."""
         verifier = Verifier(expected)
         for topic, dst_partition, src_partition, seq, sent_us, _ in self.iter_rows():
             stamp = None if src_partition == _FOREIGN else Stamp(src_partition, seq, sent_us)

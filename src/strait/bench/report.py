@@ -85,6 +85,7 @@ def _throughput_md(doc: dict[str, Any]) -> list[str]:
                 r["compression"],
                 str(r["parallelism"]),
                 "Strait" if r["system"] == "strait" else "MM2",
+                str(r.get("repeat", 0) + 1),
                 _n(r.get("records")),
                 _n(r.get("records_per_s")),
                 _n(r.get("mb_per_s"), 1),
@@ -100,6 +101,7 @@ def _throughput_md(doc: dict[str, Any]) -> list[str]:
             "compr.",
             "workers / tasks",
             "system",
+            "run",
             "records",
             "records/s",
             "MB/s",
@@ -118,6 +120,7 @@ def _throughput_md(doc: dict[str, Any]) -> list[str]:
             _n(q.get("strait_records_per_s")),
             _n(q.get("mm2_records_per_s")),
             _n(q.get("records_per_s"), 2),
+            _n(q.get("best_records_per_s"), 2),
             _n(q.get("cpu_s_per_gb"), 2),
             _n(q.get("peak_rss_mb"), 2),
         ]
@@ -131,7 +134,8 @@ def _throughput_md(doc: dict[str, Any]) -> list[str]:
             "workers / tasks",
             "Strait rec/s",
             "MM2 rec/s",
-            "records/s ratio",
+            "records/s ratio (means)",
+            "records/s ratio (best runs)",
             "CPU s/GB ratio",
             "peak RSS ratio",
         ],
@@ -148,6 +152,7 @@ def _latency_md(doc: dict[str, Any]) -> list[str]:
             [
                 _n(r["rate"]),
                 "Strait" if r["system"] == "strait" else "MM2",
+                str(r.get("repeat", 0) + 1),
                 _n(r.get("achieved_rate")),
                 _n(lat.get("p50_ms"), 1),
                 _n(lat.get("p99_ms"), 1),
@@ -161,6 +166,7 @@ def _latency_md(doc: dict[str, Any]) -> list[str]:
         [
             "target rec/s",
             "system",
+            "run",
             "achieved rec/s",
             "p50 ms",
             "p99 ms",
@@ -173,9 +179,15 @@ def _latency_md(doc: dict[str, Any]) -> list[str]:
     )
     lines += ["", "Ratios Strait / MM2 (lower is better for Strait):", ""]
     lines += _table(
-        ["rate", "p50 ratio", "p99 ratio", "p99.9 ratio"],
+        ["rate", "p50 ratio", "p99 ratio", "p99.9 ratio", "p50, best runs", "p99, best runs", "p99.9, best runs"],
         [
-            [_n(q["rate"]), _n(q.get("p50_ms"), 2), _n(q.get("p99_ms"), 2), _n(q.get("p999_ms"), 2)]
+            [
+                _n(q["rate"]),
+                *(
+                    _n(q.get(k), 2)
+                    for k in ("p50_ms", "p99_ms", "p999_ms", "best_p50_ms", "best_p99_ms", "best_p999_ms")
+                ),
+            ]
             for q in doc["ratios"]
         ],
     )
@@ -234,7 +246,7 @@ def _failure_md(doc: dict[str, Any]) -> list[str]:
                 "killed (kill -9)",
                 "time until every partition flows again (s)",
                 "longest partition gap (s)",
-                "partitions stalled > 1 s",
+                "partitions stalled",
                 "lost / dup / reordered",
             ],
             rows,
@@ -301,9 +313,17 @@ _SECTIONS: dict[str, tuple[str, str, Callable[[dict[str, Any]], list[str]]]] = {
     "worker-failure": (
         "Worker failure",
         "Two Strait workers (MM2: two dedicated-mode nodes, tasks.max=2) copy a topic under load; one is killed "
-        "with SIGKILL. Reported: the time from the kill until every partition's records arrive again, the longest "
-        "per-partition gap, and the verifier's count of lost / duplicated / reordered records over the whole run.",
+        "with SIGKILL. A partition is stalled when its longest silence after the kill exceeds twice the longest "
+        "silence any partition had before it (at least 1 s); reported are the time from the kill until the last "
+        "stalled partition's records arrive again, the longest per-partition gap, and the verifier's count of "
+        "lost / duplicated / reordered records over the whole run.",
         _failure_md,
+    ),
+    "profile": (
+        "Where Strait's worker spends its time",
+        "py-spy (100 samples/s, idle excluded) attached to one Strait worker copying a pre-filled topic "
+        "(`pip install py-spy`).",
+        _profile_md,
     ),
     "smoke": (
         "Smoke run",
@@ -311,6 +331,56 @@ _SECTIONS: dict[str, tuple[str, str, Callable[[dict[str, Any]], list[str]]]] = {
         _smoke_md,
     ),
 }
+
+
+def _span(values: Sequence[float | None], digits: int = 2) -> str:
+    present = [v for v in values if v is not None]
+    if not present:
+        return "—"
+    low, high = min(present), max(present)
+    return _n(low, digits) if low == high else f"{_n(low, digits)} to {_n(high, digits)}"
+
+
+def _summary(results: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per scenario with its Strait / MM2 ratios, before the detail."""
+    lines = []
+    if "throughput" in results:
+        ratios = results["throughput"]["ratios"]
+        lines.append(
+            f"- **Throughput** (records/s, Strait / MM2): {_span([q.get('records_per_s') for q in ratios])} over "
+            f"the {len(ratios)} configurations (means of the repeats; best runs "
+            f"{_span([q.get('best_records_per_s') for q in ratios])}); CPU per GB "
+            f"{_span([q.get('cpu_s_per_gb') for q in ratios])}; "
+            f"peak RSS {_span([q.get('peak_rss_mb') for q in ratios])}."
+        )
+    if "latency" in results:
+        parts = [
+            f"at {_n(q['rate'])}/s p50 {_n(q.get('p50_ms'), 2)}, p99 {_n(q.get('p99_ms'), 2)}, "
+            f"p99.9 {_n(q.get('p999_ms'), 2)} (best runs: {_n(q.get('best_p50_ms'), 2)}, "
+            f"{_n(q.get('best_p99_ms'), 2)}, {_n(q.get('best_p999_ms'), 2)})"
+            for q in results["latency"]["ratios"]
+        ]
+        lines.append("- **Latency** (Strait / MM2, lower is better): " + "; ".join(parts) + ".")
+    if "add-topics" in results:
+        r = results["add-topics"].get("ratios", {})
+        lines.append(
+            f"- **Adding 10 topics under load** (Strait / MM2): longest gap on the busy topic "
+            f"{_n(r.get('gap_a_ms'), 2)}, slowest new topic's first record {_n(r.get('first_record_max_s'), 2)}."
+        )
+    if "worker-failure" in results:
+        r = results["worker-failure"].get("ratios", {})
+        lines.append(
+            f"- **Worker kill -9** (Strait / MM2): time until every partition flows again {_n(r.get('resume_s'), 2)}."
+        )
+    lost = [
+        run["verify"]["lost"]
+        for doc in results.values()
+        for run in doc.get("runs", [])
+        if isinstance(run.get("verify", {}).get("lost"), int)
+    ]
+    if lost:
+        lines.append(f"- **Records lost**, both systems, over all {len(lost)} verified runs: {sum(lost)}.")
+    return ["## Summary", "", *lines, ""] if lines else []
 
 
 def render_markdown(results: dict[str, dict[str, Any]]) -> str:
@@ -324,6 +394,7 @@ def render_markdown(results: dict[str, dict[str, Any]]) -> str:
         "ends with the verifier reading the whole destination topic.",
         "",
     ]
+    lines += _summary(results)
     machine = next((doc.get("machine") for doc in results.values() if doc.get("machine")), None)
     if machine:
         lines += [
@@ -333,9 +404,9 @@ def render_markdown(results: dict[str, dict[str, Any]]) -> str:
             f"Linux {machine.get('kernel')}",
             f"- Python {machine.get('python')}; {machine.get('java')}",
             f"- {machine.get('kafka_broker')}; MirrorMaker 2 from {machine.get('mirrormaker')}",
-            f"- Load average when the run began: {machine.get('load_average_at_start')} — the machine was shared "
-            "with other work, so absolute figures are noisy; the two systems ran alternately under the same "
-            "conditions, which is why ratios are reported.",
+            "- The machine was shared with other work while these ran (the load average at each run's start is "
+            "given with its command; 2 cores): absolute figures are noisy. The two systems ran alternately under "
+            "the same conditions, which is why ratios are reported.",
             "",
         ]
     lines += [
@@ -350,6 +421,20 @@ def render_markdown(results: dict[str, dict[str, Any]]) -> str:
         "config, ZooKeeper session timeout 10 s, topics added through the REST API with `start: earliest`.",
         "",
     ]
+    lines += [
+        "## Reading these results",
+        "",
+        "- Each figure is one run (or the mean of the listed runs) on a two-core machine that other work was "
+        "loading heavily; a replicator that gets starved of CPU for a few seconds falls behind and shows it as "
+        "throughput or latency. Runs of the same configuration can differ several-fold; compare the per-run rows, "
+        "and rerun with `--repeats N` on a quiet machine before quoting a number.",
+        "- MirrorMaker 2 is a JVM: start-up (tens of seconds here) and JIT warm-up (its latency at 10,000 "
+        "records/s settles only after 15-20 s) are excluded from throughput (first to last record) and from "
+        "latency (warm-up), so the steady state of both systems is compared.",
+        "- Every run ends with the verifier: lost / duplicated / reordered are counted per source partition "
+        "against the sequence numbers the producer wrote.",
+        "",
+    ]
     for scenario in ("throughput", "latency", "add-topics", "worker-failure", "profile", "smoke"):
         doc = results.get(scenario)
         if doc is None:
@@ -357,8 +442,9 @@ def render_markdown(results: dict[str, dict[str, Any]]) -> str:
         title, method, render = _SECTIONS[scenario]
         lines += [f"## {title}", "", method, ""]
         lines += [
-            f"Command: `{doc.get('command', COMMANDS[scenario])}` — finished {doc.get('finished_at')}; "
-            f"parameters `{json.dumps(doc.get('params', {}))}`.",
+            f"Command: `{doc.get('command', COMMANDS[scenario])}` — finished {doc.get('finished_at')}, load "
+            f"average at start {doc.get('machine', {}).get('load_average_at_start')}; parameters "
+            f"`{json.dumps(doc.get('params', {}))}`.",
             "",
         ]
         lines += render(doc)

@@ -37,7 +37,6 @@ def _words(text: str) -> list[str]:
 
 
 def _session(
-    names: list[str],
     systems: str,
     results_dir: Path,
     markdown: Path,
@@ -65,10 +64,12 @@ def _session(
     try:
         bench = Bench(sandbox=sandbox, workdir=root / "runs", systems=_words(systems), log=lambda m: typer.echo(m))
         for result in body(bench):
-            command = "strait bench " + " ".join(sys.argv[sys.argv.index("bench") + 1 :]) if "bench" in sys.argv else ""
-            path = report.save(result, results_dir, machine=described, command=command or f"strait bench {names[0]}")
+            # The arguments as given, whether run as `strait bench ...` or `python -m strait.cli.bench ...`.
+            args = sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else sys.argv[1:]
+            command = " ".join(["strait bench", *args])
+            path = report.save(result, results_dir, machine=described, command=command)
             image = report.plot(result, results_dir)
-            typer.echo(f"wrote {path}" + (f" and {image}" if image else " (no plot: matplotlib is not installed)"))
+            typer.echo(f"wrote {path}" + (f" and {image}" if image else ""))
         report.write_markdown(results_dir, markdown)
         typer.echo(f"wrote {markdown} ({time.monotonic() - started:.0f}s in all)")
         failed = False
@@ -85,7 +86,9 @@ def throughput(
     sizes: str = typer.Option("100,1024", help="Record sizes in bytes."),
     compressions: str = typer.Option("none,lz4", help="Source (and replicator producer) compression types."),
     parallelism: str = typer.Option("1,2", help="Strait worker processes = MirrorMaker tasks."),
-    megabytes: float = typer.Option(20.0, help="Size of each pre-filled topic in MB of record values."),
+    records: int = typer.Option(
+        100_000, help="Records in each pre-filled topic (the same count for every record size)."
+    ),
     partitions: int = typer.Option(8, help="Partitions of the source topic."),
     repeats: int = typer.Option(1, help="Repeat the whole matrix (system order alternates each time)."),
     systems: str = _SYSTEMS,
@@ -98,7 +101,6 @@ def throughput(
     from strait.bench import scenarios
 
     _session(
-        ["throughput"],
         systems,
         results_dir,
         markdown,
@@ -110,7 +112,7 @@ def throughput(
                 sizes=_ints(sizes),
                 compressions=_words(compressions),
                 parallelism=_ints(parallelism),
-                megabytes=megabytes,
+                records=records,
                 partitions=partitions,
                 repeats=repeats,
             )
@@ -122,7 +124,9 @@ def throughput(
 def latency(
     rates: str = typer.Option("1000,10000", help="Produce rates in records/s."),
     duration: float = typer.Option(20.0, help="Seconds of measured traffic per run (after the warm-up)."),
-    warmup: float = typer.Option(5.0, help="Seconds of traffic before measuring."),
+    warmup: float = typer.Option(
+        15.0, help="Seconds of traffic before measuring (MirrorMaker's JVM compiles its hot paths meanwhile)."
+    ),
     partitions: int = typer.Option(8, help="Partitions of the topic."),
     size: int = typer.Option(100, help="Record size in bytes."),
     parallelism: int = typer.Option(1, help="Strait worker processes = MirrorMaker tasks."),
@@ -137,7 +141,6 @@ def latency(
     from strait.bench import scenarios
 
     _session(
-        ["latency"],
         systems,
         results_dir,
         markdown,
@@ -177,7 +180,6 @@ def add_topics(
     from strait.bench import scenarios
 
     _session(
-        ["add-topics"],
         systems,
         results_dir,
         markdown,
@@ -216,7 +218,6 @@ def worker_failure(
     from strait.bench import scenarios
 
     _session(
-        ["worker-failure"],
         systems,
         results_dir,
         markdown,
@@ -248,7 +249,7 @@ def smoke(
         outcome.append(scenarios.smoke(bench, records=records))
         return outcome
 
-    _session(["smoke"], systems, results_dir, markdown, workdir, keep, body)
+    _session(systems, results_dir, markdown, workdir, keep, body)
     bad = [r for r in outcome[0]["runs"] if r.get("error") or not r.get("verify", {}).get("ok")]
     if bad:
         raise typer.Exit(1)
@@ -267,7 +268,6 @@ def profile(
     from strait.bench import profile as profiling
 
     _session(
-        ["profile"],
         "strait",
         results_dir,
         markdown,
@@ -289,7 +289,6 @@ def run_all(
     from strait.bench import scenarios
 
     _session(
-        ["all"],
         systems,
         results_dir,
         markdown,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from strait.cli import controller, demo, sandbox, topics, worker, workers
+from strait.cli import balance, bench, controller, demo, sandbox, status, topics, worker, workers
 
 app = typer.Typer(
     help="Strait: replicate Kafka topics between clusters and keep each cluster's disks balanced.",
@@ -17,6 +17,9 @@ app.command("controller")(controller.controller)
 app.command("worker")(worker.worker)
 app.add_typer(topics.app, name="topics")
 app.add_typer(workers.app, name="workers")
+app.command("status")(status.status)
+app.add_typer(balance.app, name="balance")
+app.add_typer(bench.app, name="bench")
 
 
 def main() -> None:

@@ -57,7 +57,7 @@ def up(
     racks: Annotated[int, typer.Option(help="Spread brokers over racks r1..rN (sets broker.rack); 0 = no racks.")] = 0,
     log_dirs: Annotated[int, typer.Option("--log-dirs", help="Log dirs (disks) per broker.")] = 2,
     zookeeper_port: Annotated[int | None, typer.Option(help="ZooKeeper client port [default: a free one].")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for every broker to register.")] = 90.0,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for every broker to register.")] = 180.0,
     state_dir: StateDir = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the sandbox.")] = False,
 ) -> None:

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from strait.config import StraitConfig
 from strait.controller.assignment import assign
@@ -22,6 +23,8 @@ from strait.controller.invariants import violations
 from strait.controller.rates import RateTracker
 from strait.coordination.model import ClusterSnapshot, LeaderInfo, PartitionKey, SessionState
 from strait.coordination.store import CoordinationStore, StoreUnavailable
+from strait.metrics.healing import steer
+from strait.metrics.observatory import Steering
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +44,10 @@ class Controller:
         store: CoordinationStore,
         metadata: SourceMetadata,
         identity: LeaderInfo,
+        steering: Callable[[], Steering] | None = None,
     ) -> None:
         self.config = config
+        self._steering = steering
         self.store = store
         self.metadata = metadata
         self.identity = identity
@@ -169,7 +174,16 @@ class Controller:
         problems = violations(partitions, assignable, current, desired)
         if problems:
             log.error("assignment invariants violated (writing anyway): %s", "; ".join(problems))
-        plan = plan_handover(desired, written, holding)
+        handover_from = written
+        if self._steering is not None:
+            # Healing: stuck partitions leave the worker they are stuck on, hung workers get
+            # nothing new (see strait.metrics.healing).
+            steering = self._steering()
+            if steering.avoid or steering.hung:
+                desired, handover_from, holding = steer(
+                    desired, written, holding, steering.avoid, assignable, steering.hung
+                )
+        plan = plan_handover(desired, handover_from, holding)
         self._targets = dict(desired)
         if dict(plan) != dict(written):
             if self.store.write_assignment(plan, snapshot.assignment.version):

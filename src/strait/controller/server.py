@@ -15,7 +15,12 @@ from strait.controller.loop import Controller
 from strait.controller.service import ControllerService
 from strait.coordination import connect
 from strait.coordination.model import LeaderInfo
+from strait.metrics.balance import read_executions
+from strait.metrics.healing import HealingPolicy
+from strait.metrics.observatory import Observatory, ObservatorySettings
+from strait.metrics.probe import OffsetProbe
 from strait.web.app import create_app
+from strait.web.dashboard import mount_observability
 
 log = logging.getLogger(__name__)
 
@@ -40,21 +45,50 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
         session_timeout_s=config.zookeeper.session_timeout_s,
     )
     metadata = SourceMetadata(config.clusters)
-    controller = Controller(config=config, store=store, metadata=metadata, identity=identity)
+    observability = config.observability
+    probe = OffsetProbe(config)
+    observatory = Observatory(
+        store=store,
+        offsets=probe.read,
+        controller_id=identity.id,
+        settings=ObservatorySettings(
+            sample_interval_s=observability.sample_interval_s,
+            policy=HealingPolicy(
+                stuck_after_s=observability.stuck_after_s,
+                max_moves=observability.max_moves,
+                cooldown_s=observability.cooldown_s,
+            ),
+            heal=observability.heal,
+            slow_worker_ratio=observability.slow_worker_ratio,
+            hung_after_s=max(observability.stuck_after_s, 3 * config.worker.stats_interval_s),
+        ),
+        balance=lambda: read_executions(config.clusters),
+    )
+    controller = Controller(
+        config=config, store=store, metadata=metadata, identity=identity, steering=observatory.steering
+    )
+    observatory.on_heal = controller.wake
     service = ControllerService(
         config=config, store=store, metadata=metadata, controller=controller, controller_id=identity.id
     )
     loop = threading.Thread(target=controller.run, name="control-loop", daemon=True)
     loop.start()
+    sampler = threading.Thread(target=observatory.run, name="observatory", daemon=True)
+    sampler.start()
+    app = create_app(service, api_token=config.controller.api_token)
+    mount_observability(app, observatory)
     log.info("controller %s: API on %s", identity.id, identity.api_url)
     try:
         uvicorn.run(
-            create_app(service, api_token=config.controller.api_token),
+            app,
             host=host,
             port=port,
             log_level="warning",
         )
     finally:
+        observatory.stop()
         controller.stop()
         loop.join(timeout=10)
+        sampler.join(timeout=10)
+        probe.close()
         store.close()

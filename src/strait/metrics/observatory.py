@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from strait.coordination.model import ClusterSnapshot, PartitionKey, WorkerState
+from strait.coordination.model import ClusterSnapshot, PartitionKey
 from strait.coordination.store import CoordinationStore, StoreUnavailable
-from strait.metrics import healing, progress
+from strait.metrics import figures, healing, progress
 from strait.metrics.history import CounterRates, History
 from strait.metrics.slow import Throughput, find_slow_workers
 
@@ -204,7 +204,7 @@ class Observatory:
         hung: frozenset[str],
     ) -> dict[str, Any]:
         owners = snapshot.assignment.owners
-        workers = _workers(snapshot, hung)
+        workers = figures.workers(snapshot, hung)
         per_worker_bytes: dict[str, float] = {}
         per_route_bytes: dict[str, float] = {r: 0.0 for r, _ in snapshot.topics}
         for worker_id, report in snapshot.stats.items():
@@ -219,7 +219,7 @@ class Observatory:
         lag_by_topic: dict[str, int] = {}
         backlogged: dict[str, int] = {}
         partitions: list[dict[str, Any]] = []
-        lag_seconds = _merged(snapshot, "lag_seconds")
+        lag_seconds = figures.merged_partition_figure(snapshot, "lag_seconds")
         for key, seen in sorted(observed.items()):
             topic = f"{key.route}/{key.topic}"
             lag_by_topic[topic] = lag_by_topic.get(topic, 0) + (seen.lag or 0)
@@ -252,12 +252,12 @@ class Observatory:
             "leader": leader,
             "leader_id": snapshot.leader.id if snapshot.leader else None,
             "workers": workers,
-            "workers_by_state": _count(w["state"] for w in workers),
-            "routes": _routes(snapshot, per_route_bytes),
+            "workers_by_state": figures.count(w["state"] for w in workers),
+            "routes": figures.routes(snapshot, per_route_bytes),
             "unassigned": sum(1 for k in snapshot.partitions() if owners.get(k) is None),
             "lag_by_topic": dict(sorted(lag_by_topic.items())),
-            "latency": _latency(snapshot),
-            "stages": _stages(snapshot),
+            "latency": figures.latency(snapshot),
+            "stages": figures.stages(snapshot),
             "partitions": partitions,
             "stuck": self._stuck_rows(stuck, now),
             "slow_workers": [
@@ -299,89 +299,8 @@ class Observatory:
         self._history.add("bytes_per_s", now, {r["name"]: r["bytes_per_s"] for r in view["routes"]})
         self._history.add("lag_by_topic", now, view["lag_by_topic"])
         latency: dict[str, float] = {}
-        for route, figures in view["latency"].items():
+        for route, quantiles in view["latency"].items():
             for q in ("p50", "p99"):
-                if figures.get(f"{q}_s") is not None:
-                    latency[f"{route} {q}"] = figures[f"{q}_s"]
+                if quantiles.get(f"{q}_s") is not None:
+                    latency[f"{route} {q}"] = quantiles[f"{q}_s"]
         self._history.add("e2e_latency", now, latency)
-
-
-def _workers(snapshot: ClusterSnapshot, hung: frozenset[str]) -> list[dict[str, Any]]:
-    rows = []
-    for worker in sorted(snapshot.workers.values(), key=lambda w: w.id):
-        state = worker.state
-        if not worker.live and state is not WorkerState.LEFT:
-            state = WorkerState.DEAD
-        elif worker.live and worker.drain_requested and state is not WorkerState.LEFT:
-            state = WorkerState.DRAINING
-        report = snapshot.stats.get(worker.id, {})
-        rows.append(
-            {
-                "id": worker.id,
-                "state": state.value,
-                "live": worker.live,
-                "hung": worker.id in hung,
-                "partitions": sorted(str(k) for k in snapshot.assignment.of_worker(worker.id)),
-                "metrics_url": report.get("metrics_url"),
-            }
-        )
-    return rows
-
-
-def _routes(snapshot: ClusterSnapshot, bytes_per_s: Mapping[str, float]) -> list[dict[str, Any]]:
-    topics: dict[str, int] = {}
-    for route, _topic in snapshot.topics:
-        topics[route] = topics.get(route, 0) + 1
-    return [
-        {"name": name, "topics": topics.get(name, 0), "bytes_per_s": round(bytes_per_s.get(name, 0.0), 1)}
-        for name in sorted(set(topics) | set(bytes_per_s))
-    ]
-
-
-def _merged(snapshot: ClusterSnapshot, field_name: str) -> dict[str, Any]:
-    """A per-partition figure from every worker's report, preferring the assigned owner's."""
-    out: dict[str, Any] = {}
-    owners = {str(k): w for k, w in snapshot.assignment.owners.items()}
-    for worker_id, report in snapshot.stats.items():
-        for name, value in dict(report.get(field_name) or {}).items():
-            if owners.get(name) == worker_id or name not in out:
-                out[name] = value
-    return out
-
-
-def _latency(snapshot: ClusterSnapshot) -> dict[str, dict[str, Any]]:
-    """Per route over every worker's last window: p50 weighted by count, p99 the worst."""
-    merged: dict[str, dict[str, Any]] = {}
-    for report in snapshot.stats.values():
-        for route, figures in dict(report.get("latency") or {}).items():
-            if not figures.get("count") or figures.get("p50_s") is None:
-                continue
-            entry = merged.setdefault(route, {"count": 0, "weighted": 0.0, "p99_s": 0.0})
-            entry["count"] += figures["count"]
-            entry["weighted"] += figures["p50_s"] * figures["count"]
-            entry["p99_s"] = max(entry["p99_s"], figures.get("p99_s") or 0.0)
-    return {
-        route: {"count": e["count"], "p50_s": round(e["weighted"] / e["count"], 4), "p99_s": e["p99_s"]}
-        for route, e in merged.items()
-    }
-
-
-def _stages(snapshot: ClusterSnapshot) -> dict[str, dict[str, Any]]:
-    """Per stage, the worst p99 of any worker, and which worker it was (the slow node)."""
-    out: dict[str, dict[str, Any]] = {}
-    for worker_id, report in snapshot.stats.items():
-        for route, stages in dict(report.get("stages") or {}).items():
-            for stage, figures in dict(stages).items():
-                p99 = figures.get("p99_s")
-                key = f"{route}/{stage}"
-                if p99 is not None and p99 >= out.get(key, {}).get("p99_s", -1.0):
-                    out[key] = {"p99_s": p99, "p50_s": figures.get("p50_s"), "worker": worker_id}
-    return dict(sorted(out.items()))
-
-
-def _count(values: Any) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for value in values:
-        counts[value] = counts.get(value, 0) + 1
-    return counts
-

@@ -42,7 +42,13 @@ class OffsetProbe:
         for route, batch in by_route.items():
             try:
                 out.update(self._read_route(route, sorted(batch)))
-            except (KafkaException, RuntimeError) as exc:
+            except KafkaException as exc:
+                # Retriable errors (a coordinator moving, a broker restarting) pass by the next round.
+                error = exc.args[0] if exc.args else None
+                retriable = bool(getattr(error, "retriable", lambda: False)())
+                level = logging.INFO if retriable else logging.WARNING
+                log.log(level, "cannot read offsets of route %s: %s", route, exc)
+            except RuntimeError as exc:
                 log.warning("cannot read offsets of route %s: %s", route, exc)
         return out
 

@@ -39,7 +39,7 @@ class SandboxSpec:
     state_dir: Path | None = None
     zookeeper: bool = True
     zookeeper_port: int | None = None
-    startup_timeout_s: float = 90.0
+    startup_timeout_s: float = 180.0
     broker_heap: str = "384m"
 
     def validate(self) -> None:

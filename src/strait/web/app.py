@@ -13,9 +13,11 @@ from fastapi import Body, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from strait.controller.service import ControllerService, ServiceError, TopicRequest
 from strait.coordination.store import StoreUnavailable
+from strait.web.balance import mount_balance
 
 _STATUS = {"invalid": 400, "not_found": 404, "conflict": 409, "unavailable": 503}
 
@@ -60,6 +62,12 @@ def create_app(service: ControllerService, *, api_token: str | None) -> FastAPI:
     @app.exception_handler(StoreUnavailable)
     async def _store_unavailable(_request: Request, exc: StoreUnavailable) -> JSONResponse:
         return JSONResponse({"error": f"coordination store unavailable: {exc}"}, status_code=503)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Unknown paths and methods too answer in the documented error shape, not FastAPI's
+        # {"detail": ...}.
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -112,4 +120,5 @@ def create_app(service: ControllerService, *, api_token: str | None) -> FastAPI:
     def assignment() -> dict[str, str | None]:
         return service.assignment()
 
+    mount_balance(app, service.config.clusters, require_token)
     return app

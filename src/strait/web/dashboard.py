@@ -2,7 +2,7 @@
 
 - `GET /metrics`: the controller's Prometheus metrics (workers serve their own).
 - `GET /metrics/targets`: Prometheus HTTP service discovery of the workers' `/metrics`.
-- `GET /observability`: the figures and time series behind the dashboard (JSON).
+- `GET /observability[?partitions=true]`: the figures and time series behind the dashboard (JSON).
 - `GET /partitions/stuck`, `GET /workers/slow`: the healing and slow-worker reports.
 - `GET /ui`: the dashboard, a static page that polls `/observability`.
 
@@ -57,8 +57,12 @@ def _router(observatory: Observatory) -> APIRouter:
         return out
 
     @router.get("/observability")
-    def observability() -> dict[str, Any]:
-        return {**observatory.view(), "charts": observatory.charts()}
+    def observability(partitions: bool = False) -> dict[str, Any]:
+        """The dashboard's figures; per-partition rows (large on big fleets) only on request."""
+        view = {**observatory.view(), "charts": observatory.charts()}
+        if not partitions:
+            view.pop("partitions", None)
+        return view
 
     @router.get("/partitions/stuck")
     def stuck() -> list[dict[str, Any]]:

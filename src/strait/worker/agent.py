@@ -35,6 +35,7 @@ from strait.coordination.model import (
 )
 from strait.coordination.retry import RetryPolicy
 from strait.coordination.store import CoordinationStore, StoreUnavailable, WorkerIdTaken
+from strait.metrics.worker import WorkerMetrics
 from strait.worker.task import PartitionTask
 
 log = logging.getLogger(__name__)
@@ -59,13 +60,13 @@ class RouteCopier(Protocol):
 CopierFactory = Callable[[RouteConfig], RouteCopier]
 
 
-def copier_factory(config: StraitConfig, worker_id: str) -> CopierFactory:
-    """Build the data-path copier of a route from the configuration."""
+def copier_factory(config: StraitConfig, worker_id: str, metrics: WorkerMetrics | None = None) -> CopierFactory:
+    """Build the data-path copier of a route from the configuration (observed by `metrics`)."""
 
     def make(route: RouteConfig) -> RouteCopier:
         from strait.worker.copier import Copier
 
-        return Copier(
+        copier = Copier(
             route=route.name,
             source=config.clusters[route.source],
             destination=config.clusters[route.destination],
@@ -73,7 +74,11 @@ def copier_factory(config: StraitConfig, worker_id: str) -> CopierFactory:
             worker_id=worker_id,
             replication_factor=route.replication_factor,
             commit_interval_s=config.worker.commit_interval_s,
+            observer=None if metrics is None else metrics.route(route.name),
         )
+        if metrics is not None:
+            metrics.track(route.name, copier)
+        return copier
 
     return make
 
@@ -88,11 +93,13 @@ class WorkerAgent:
         worker_id: str,
         store: CoordinationStore,
         make_copier: CopierFactory,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.config = config
         self.id = worker_id
         self.store = store
         self._make_copier = make_copier
+        self._metrics = metrics
         self._copiers: dict[str, RouteCopier] = {}
         self._tasks: dict[PartitionKey, PartitionTask] = {}  # what this worker holds
         self._state = WorkerState.JOINING
@@ -304,9 +311,10 @@ class WorkerAgent:
         for copier in self._copiers.values():
             for task, entry in copier.stats().items():
                 partitions[str(task)] = normalise_stats(entry)
-        self.store.publish_stats(
-            self.id, {"updated": time.time(), "state": self._state.value, "partitions": partitions}
-        )
+        report: dict[str, Any] = {"updated": time.time(), "state": self._state.value, "partitions": partitions}
+        if self._metrics is not None:
+            report.update(self._metrics.report())
+        self.store.publish_stats(self.id, report)
 
     def _shutdown(self) -> None:
         for copier in self._copiers.values():

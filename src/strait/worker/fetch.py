@@ -288,7 +288,7 @@ class RecordPipeline:
                 self._run_commands()
                 busy = bool(self._draining) or any(s.rewind_at for s in self._states.values())
                 asked = time.monotonic()
-                messages = self._consumer.consume(self._settings.batch_size, 0.02 if busy else 0.1)
+                messages = self._fetch(0.02 if busy else 0.1)
                 if messages:
                     if self._observer is not None:
                         self._observer.fetched(self.name, time.monotonic() - asked)
@@ -304,6 +304,18 @@ class RecordPipeline:
                 state.fetching = False
         finally:
             self._shutdown()
+
+    def _fetch(self, wait_s: float) -> list[Any]:
+        # consume(n, t) waits until n records *or* t passed: at low rates that holds every record
+        # back for up to t. Take what is ready; only when nothing is, wait for the first record,
+        # then take whatever arrived with it. Under load batches stay full; idle adds no delay.
+        batch = self._settings.batch_size
+        messages: list[Any] = self._consumer.consume(batch, 0)
+        if not messages:
+            messages = self._consumer.consume(1, wait_s)
+            if messages and batch > 1:
+                messages += self._consumer.consume(batch - 1, 0)
+        return messages
 
     def _shutdown(self) -> None:
         self._run_commands()

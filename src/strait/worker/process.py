@@ -9,6 +9,8 @@ from types import FrameType
 
 from strait.config import StraitConfig
 from strait.coordination import connect
+from strait.metrics.exposition import serve_metrics
+from strait.metrics.worker import WorkerMetrics
 from strait.worker.agent import WorkerAgent, copier_factory
 
 
@@ -19,7 +21,16 @@ def run_worker(config: StraitConfig, worker_id: str) -> None:
         root=config.zookeeper.root,
         session_timeout_s=config.zookeeper.session_timeout_s,
     )
-    agent = WorkerAgent(config=config, worker_id=worker_id, store=store, make_copier=copier_factory(config, worker_id))
+    metrics = WorkerMetrics(worker_id)
+    if config.observability.worker_metrics_listen is not None:
+        metrics.url = serve_metrics(metrics.registry, config.observability.worker_metrics_listen)
+    agent = WorkerAgent(
+        config=config,
+        worker_id=worker_id,
+        store=store,
+        make_copier=copier_factory(config, worker_id, metrics),
+        metrics=metrics,
+    )
 
     def drain(signum: int, _frame: FrameType | None) -> None:
         if agent.drain_requested:

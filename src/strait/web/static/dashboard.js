@@ -35,14 +35,20 @@ function makeChart(id, yTitle) {
   return chart;
 }
 
+// A series keeps its colour for the page's lifetime, whatever appears or disappears beside it.
+const colours = new Map();
+function colourOf(name) {
+  if (!colours.has(name)) colours.set(name, palette[colours.size % palette.length]);
+  return colours.get(name);
+}
+
 function updateChart(chart, series) {
   const names = Object.keys(series || {}).sort();
-  chart.data.datasets = names.map((name, i) => {
+  chart.data.datasets = names.map((name) => {
     const previous = chart.data.datasets.find((d) => d.label === name);
-    const color = palette[i % palette.length];
     const data = series[name].map(([t, v]) => ({ x: t, y: v }));
     if (previous) { previous.data = data; return previous; }
-    return { label: name, data, borderColor: color, backgroundColor: color };
+    return { label: name, data, borderColor: colourOf(name), backgroundColor: colourOf(name) };
   });
   chart.update("none");
 }

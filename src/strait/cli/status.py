@@ -1,0 +1,109 @@
+"""`strait status`: the dashboard at a glance in the terminal (rich tables).
+
+Reads the controller's `/observability`, the same figures the web dashboard shows.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from strait.cli.topics import API_OPTION, CONFIG_OPTION, TOKEN_OPTION, api_call
+
+
+def status(
+    config: Path | None = CONFIG_OPTION,
+    api: str | None = API_OPTION,
+    token: str | None = TOKEN_OPTION,
+    watch: bool = typer.Option(False, "--watch", "-w", help="Refresh every few seconds until Ctrl-C."),
+    interval_s: float = typer.Option(2.0, "--interval", help="Seconds between refreshes with --watch."),
+) -> None:
+    """Workers, routes, lag, latency, stuck partitions and balancing, at a glance."""
+    if not watch:
+        Console().print(render(api_call(config, api, token, "GET", "/observability")))
+        return
+    with Live(render(api_call(config, api, token, "GET", "/observability")), auto_refresh=False) as live:
+        try:
+            while True:
+                time.sleep(interval_s)
+                live.update(render(api_call(config, api, token, "GET", "/observability")), refresh=True)
+        except KeyboardInterrupt:
+            pass
+
+
+def render(view: dict[str, Any]) -> Group:
+    """The tables for one `/observability` answer."""
+    if view.get("updated") is None:
+        return Group(Text("the controller has not sampled the fleet yet; try again in a few seconds"))
+    role = "leader" if view["leader"] else f"standby (leader: {view.get('leader_id') or 'none'})"
+    counters = view["counters"]
+    header = Text(
+        f"controller {view['controller']} — {role} · unassigned partitions {view['unassigned']} · "
+        f"assignment changes {int(counters['assignment_changes'])} · healing moves {int(counters['healing_moves'])}"
+    )
+    return Group(header, _workers(view), _routes(view), _topics(view), *_problems(view), *_balance(view))
+
+
+def _workers(view: dict[str, Any]) -> Table:
+    table = Table("worker", "state", "partitions", "bytes/s", "health", title="Workers")
+    for w in view["workers"]:
+        health = "[red]hung[/]" if w["hung"] else "[yellow]slow[/]" if w["slow"] else "ok" if w["live"] else "-"
+        state = f"[red]{w['state']}[/]" if w["state"] == "dead" else w["state"]
+        table.add_row(w["id"], state, str(len(w["partitions"])), f"{w['bytes_per_s']:,.0f}", health)
+    return table
+
+
+def _routes(view: dict[str, Any]) -> Table:
+    table = Table("route", "topics", "bytes/s", "e2e p50 s", "e2e p99 s", title="Routes")
+    for r in view["routes"]:
+        latency = view["latency"].get(r["name"], {})
+        p50, p99 = _num(latency.get("p50_s")), _num(latency.get("p99_s"))
+        table.add_row(r["name"], str(r["topics"]), f"{r['bytes_per_s']:,.0f}", p50, p99)
+    return table
+
+
+def _topics(view: dict[str, Any]) -> Table:
+    table = Table("route/topic", "lag (records)", title="Lag per topic")
+    for topic, lag in view["lag_by_topic"].items():
+        table.add_row(topic, f"{lag:,}")
+    return table
+
+
+def _problems(view: dict[str, Any]) -> list[Table]:
+    out = []
+    if view["stuck"]:
+        table = Table("partition", "worker", "lag", "stalled s", "moves", "status", title="Stuck partitions")
+        for s in view["stuck"]:
+            status = f"[red]needs a person: {s['flagged']}[/]" if s["flagged"] else "stuck" if s["stuck"] else "healed"
+            row = (s["partition"], s["worker"] or "-", _num(s["lag"]), _num(s["stalled_s"]), str(s["moves"]), status)
+            table.add_row(*row)
+        out.append(table)
+    if view["slow_workers"]:
+        table = Table("worker", "bytes/s per partition", "peers' median", title="Slow workers")
+        for s in view["slow_workers"]:
+            table.add_row(s["worker"], _num(s["bytes_per_s_per_partition"]), _num(s["peers_median"]))
+        out.append(table)
+    return out
+
+
+def _balance(view: dict[str, Any]) -> list[Table]:
+    if not view.get("balance"):
+        return []
+    table = Table("cluster", "execution", "status", "moves", "progress", title="Balance execution")
+    for cluster, b in sorted(view["balance"].items()):
+        states = ", ".join(f"{n} {s}" for s, n in b["by_state"].items())
+        table.add_row(cluster, b["execution"], b["status"], states, f"{b['progress']:.0%}")
+    return [table]
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.4g}" if isinstance(value, float) else f"{value:,}"

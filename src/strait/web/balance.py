@@ -1,0 +1,115 @@
+"""The balancer over REST: plan, start, watch and cancel executions on a configured cluster.
+
+Thin HTTP in front of `strait.balancer.service`; an execution runs in its own process and its
+state lives in the balanced cluster, so every controller (leader or standby) answers the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from fastapi import Body, Depends, FastAPI, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from strait.balancer import executor, service
+from strait.balancer.errors import ClusterError, ExecutionConflict, PlanError
+from strait.balancer.goals import Goals
+from strait.balancer.plan import Plan
+from strait.balancer.units import parse_bytes
+
+Operation = Literal["rebalance", "drain", "fill", "fix-racks", "leaders"]
+
+
+class ExecutionBody(BaseModel):
+    """`POST /balance/{cluster}/executions`: run `plan`, or plan `operation` afresh."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    plan: dict[str, Any] | None = None
+    operation: Operation = "rebalance"
+    brokers: list[int] = Field(default_factory=list)
+    threshold: float = Field(default=0.10, gt=0, lt=1)
+    mode: Literal["pipeline", "batch"] = "pipeline"
+    throttle: str | None = Field(default=None, description="bytes/s with a unit, e.g. 50KB or 20MB")
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def mount_balance(
+    app: FastAPI, clusters: Mapping[str, Mapping[str, Any]], require_token: Callable[..., None]
+) -> None:
+    """Add the `/balance/...` endpoints for the clusters named in the configuration."""
+
+    def props_of(cluster: str) -> Mapping[str, Any] | JSONResponse:
+        if cluster not in clusters:
+            known = ", ".join(sorted(clusters)) or "none"
+            return _error(404, f"unknown cluster {cluster!r} (configured: {known})")
+        return clusters[cluster]
+
+    @app.get("/balance/{cluster}/plan", tags=["balance"])
+    def plan(
+        cluster: str,
+        operation: Operation = "rebalance",
+        brokers: list[int] = Query(default=[]),
+        threshold: float = Query(default=0.10, gt=0, lt=1),
+    ) -> Any:
+        """A dry-run plan for the cluster (nothing moves)."""
+        props = props_of(cluster)
+        if isinstance(props, JSONResponse):
+            return props
+        try:
+            return service.make_plan(props, operation, brokers=brokers, goals=Goals(threshold=threshold)).to_dict()
+        except ValueError as exc:
+            return _error(400, str(exc))
+        except ClusterError as exc:
+            return _error(503, f"cluster {cluster!r}: {exc}")
+
+    @app.post("/balance/{cluster}/executions", status_code=201, tags=["balance"],
+              dependencies=[Depends(require_token)])
+    def start(cluster: str, body: ExecutionBody = Body(...)) -> Any:
+        """Start an execution in the background; answers with its id."""
+        props = props_of(cluster)
+        if isinstance(props, JSONResponse):
+            return props
+        try:
+            throttle = parse_bytes(body.throttle) if body.throttle else None
+            chosen = (
+                Plan.from_dict(body.plan)
+                if body.plan is not None
+                else service.make_plan(
+                    props, body.operation, brokers=body.brokers, goals=Goals(threshold=body.threshold)
+                )
+            )
+            execution_id = service.submit(props, chosen, executor.Options(mode=body.mode, throttle=throttle))
+        except ExecutionConflict as exc:
+            return _error(409, str(exc))
+        except (PlanError, ValueError) as exc:
+            return _error(400, str(exc))
+        except ClusterError as exc:
+            return _error(503, f"cluster {cluster!r}: {exc}")
+        return {"execution": execution_id, "moves": len(chosen.moves)}
+
+    @app.get("/balance/{cluster}/executions/current", tags=["balance"])
+    def current(cluster: str) -> Any:
+        """The latest execution's progress, whether it runs, and whether its executor is alive."""
+        props = props_of(cluster)
+        if isinstance(props, JSONResponse):
+            return props
+        found = service.current(props)
+        return found if found is not None else _error(404, f"no balance execution on cluster {cluster!r}")
+
+    @app.delete("/balance/{cluster}/executions/current", tags=["balance"], dependencies=[Depends(require_token)])
+    def cancel(cluster: str) -> Any:
+        """Cancel the moves in flight (both kinds) and remove the throttles this execution set."""
+        props = props_of(cluster)
+        if isinstance(props, JSONResponse):
+            return props
+        try:
+            final = service.cancel(props)
+        except ClusterError as exc:
+            return _error(503, f"cluster {cluster!r}: {exc}")
+        return final if final is not None else _error(404, f"no balance execution on cluster {cluster!r}")
