@@ -32,7 +32,7 @@ FleetFactory = Callable[..., Fleet]
 def multi(sandbox_factory: Callable[[SandboxSpec], Sandbox]) -> Sandbox:
     return sandbox_factory(
         SandboxSpec(
-            clusters=("fsrc", "fdst"), brokers=3, log_dirs=1, zookeeper=True, broker_heap="256m", startup_timeout_s=180
+            clusters=("fsrc", "fdst"), brokers=3, log_dirs=1, zookeeper=True, startup_timeout_s=180
         )
     )
 

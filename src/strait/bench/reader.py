@@ -137,7 +137,11 @@ def read(
             if on_ready is not None and not set(ready_topics) & set(pending):
                 on_ready()
                 on_ready = None
-            messages = consumer.consume(num_messages=1000, timeout=0.05)
+            # consume(n, t) waits for n records or t: at low rates that would stamp every arrival
+            # up to t late. Take what is ready; if nothing is, wait for the first record only.
+            messages = consumer.consume(num_messages=1000, timeout=0)
+            if not messages:
+                messages = consumer.consume(num_messages=1, timeout=0.05)
             at_us = time.time_ns() // 1000
             for message in messages:
                 error = message.error()
