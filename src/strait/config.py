@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -60,6 +60,14 @@ class RouteConfig(_Model):
     include: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
     replication_factor: int | None = Field(default=None, ge=1)
+    # at-least-once: idempotent producer, checkpoints in the source group after acks (a killed
+    # worker's successor may copy some records again). exactly-once: transactional producer,
+    # checkpoints committed inside the destination transaction (see README).
+    delivery: Literal["at-least-once", "exactly-once"] = "at-least-once"
+    # exactly-once only: a transaction is committed at least this often (and sooner when
+    # transaction_max_bytes were produced in it).
+    transaction_interval_ms: int = Field(default=100, ge=10, le=60_000)
+    transaction_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
 
     @field_validator("name")
     @classmethod

@@ -131,10 +131,15 @@ class RecordingCopier:
     def assign(self, tasks: Iterable[PartitionTask]) -> None:
         self.tasks |= set(tasks)
 
-    def revoke(self, tasks: Iterable[PartitionTask], timeout_s: float = 30) -> None:
+    def revoke(self, tasks: Iterable[PartitionTask], timeout_s: float = 30) -> set[PartitionTask]:
         for task in tasks:
             self.tasks.discard(task)
             self.revoked.append(task)
+        return set()
+
+    def abandon(self) -> None:
+        self.revoked.extend(self.tasks)
+        self.tasks.clear()
 
     def assigned(self) -> set[PartitionTask]:
         return set(self.tasks)

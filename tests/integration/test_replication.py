@@ -197,3 +197,46 @@ def test_two_routes_at_once(sandbox: Sandbox, make_fleet: FleetFactory) -> None:
     assert verify(src, backward, to_src.produced(backward)).exact
     workers = fleet.api().call("GET", "/workers")
     assert {r for w in workers for r in w["routes"]} == {"src-dst", "dst-src"}
+
+
+def test_partitions_added_to_a_topic_started_at_latest_are_copied_from_their_first_record(
+    sandbox: Sandbox, make_fleet: FleetFactory
+) -> None:
+    # Review item F, reproduced before the fix: the new partitions inherited `start: latest`,
+    # so the records written to them before a worker picked them up were never copied
+    # (2,000 of 2,000 lost). `start` now applies to the partitions the topic had when added.
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    topic = f"latest-grow-{uid()}"
+    create_topic(src, topic, 2)
+    fleet = make_fleet()
+    fleet.start_controller()
+    fleet.start_worker("w1")
+    assert wait_until(lambda: fleet.workers_in_state("active") == {"w1"}, 30)
+    fleet.api().add_topic(topic, start="latest")
+    assert wait_until(lambda: assigned(fleet, "main", topic) == {0, 1}, 30)
+    producer = clients.producer(src)
+
+    def flowing() -> bool:
+        # `latest` is resolved when the worker starts a partition: keep writing until it has.
+        for partition in (0, 1):
+            producer.produce(topic, b"after-add", partition=partition)
+        producer.flush(10)
+        return all(n >= 1 for n in copied_counts(dst, topic, 2).values())
+
+    assert wait_until(flowing, 60, interval_s=0.5)
+
+    admin = clients.admin(src)
+    admin.create_partitions([NewPartitions(topic, 4)])[topic].result(timeout=30)
+    producer = clients.producer(src)  # a fresh one knows the new partitions
+    assert wait_until(lambda: len(producer.list_topics(topic, timeout=5).topics[topic].partitions) == 4, 30)
+    # Written at once, before any worker can have started the new partitions.
+    for partition in (2, 3):
+        for i in range(1000):
+            producer.produce(topic, f"new-{i}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+    assert wait_until(lambda: assigned(fleet, "main", topic) == {0, 1, 2, 3}, 30)
+    assert wait_until(
+        lambda: copied_counts(dst, topic, 4).get(2) == 1000 and copied_counts(dst, topic, 4).get(3) == 1000, 60
+    )
+    counts = copied_counts(dst, topic, 4)
+    assert counts[2] == 1000 and counts[3] == 1000, counts

@@ -7,7 +7,15 @@ from typing import Literal
 
 import pytest
 
-from strait.worker.checkpoint import AckTracker, OutOfOrderSend, start_offset
+from strait.worker.checkpoint import (
+    BACKWARDS,
+    UNACKNOWLEDGED,
+    AckTracker,
+    OutOfOrderSend,
+    UnexpectedGap,
+    checkpoint_violation,
+    start_offset,
+)
 
 
 def _expected_position(start: int, sent: list[int], acked: set[int]) -> int:
@@ -48,7 +56,7 @@ def test_offset_gaps_are_not_filled_by_arithmetic() -> None:
     # 5 and 9 are records; 6-8 are a transaction marker and compacted-away offsets.
     tracker = AckTracker(5)
     tracker.sent(5)
-    tracker.sent(9)
+    tracker.sent(9, source_gap=True)
     tracker.acked(5)
     assert tracker.position == 6  # resuming at 6 re-reads nothing that was acknowledged
     tracker.acked(9)
@@ -59,7 +67,7 @@ def test_offset_gaps_are_not_filled_by_arithmetic() -> None:
 def test_acks_for_offsets_never_sent_are_ignored() -> None:
     tracker = AckTracker(5)
     tracker.sent(5)
-    tracker.sent(9)
+    tracker.sent(9, source_gap=True)
     assert not tracker.acked(7)
     assert not tracker.acked(100)
     assert tracker.in_flight == 2
@@ -71,7 +79,7 @@ def test_acks_for_offsets_never_sent_are_ignored() -> None:
 
 def test_sends_must_move_forward() -> None:
     tracker = AckTracker(3)
-    tracker.sent(4)
+    tracker.sent(4, source_gap=True)
     with pytest.raises(OutOfOrderSend):
         tracker.sent(4)
     with pytest.raises(OutOfOrderSend):
@@ -130,7 +138,7 @@ def test_random_out_of_order_acks_with_gaps(seed: int) -> None:
         # Interleave sends and acks the way a producer with several requests in flight does.
         if unsent and (not in_flight or rng.random() < 0.5):
             sent_now = unsent.pop(0)
-            tracker.sent(sent_now)
+            tracker.sent(sent_now, source_gap=True)
             in_flight.append(sent_now)
         else:
             done = in_flight.pop(rng.randrange(len(in_flight)))
@@ -174,3 +182,33 @@ def test_skip_to_passes_offsets_without_records_when_nothing_is_pending() -> Non
 )
 def test_start_offset(start: Literal["earliest", "latest"], checkpoint: int | None, expected: int) -> None:
     assert start_offset(start, checkpoint, low=10, high=90) == expected
+
+
+def test_a_gap_nobody_vouched_for_is_refused_and_leaves_the_tracker_as_it_was() -> None:
+    # The old tracker took any offset above the last one: a record the copy loop dropped
+    # became a gap, and the checkpoint moved past it once the next record was acknowledged.
+    tracker = AckTracker(10)
+    tracker.sent(10)
+    with pytest.raises(UnexpectedGap):
+        tracker.sent(12)
+    assert tracker.next_offset == 11 and tracker.in_flight == 1
+    tracker.acked(10)
+    assert tracker.position == 11  # never past the record that was not sent
+    tracker.sent(11)
+    tracker.sent(14, source_gap=True)  # the consumer itself jumped: markers or compaction
+    assert tracker.next_offset == 15
+
+
+@pytest.mark.parametrize(
+    ("committed", "offset", "acknowledged", "expected"),
+    [
+        (None, 5, 5, None),
+        (5, 5, 5, None),
+        (5, 9, 9, None),
+        (5, 4, 9, BACKWARDS),
+        (5, 10, 9, UNACKNOWLEDGED),
+        (None, 10, 9, UNACKNOWLEDGED),
+    ],
+)
+def test_checkpoint_violations(committed: int | None, offset: int, acknowledged: int, expected: str | None) -> None:
+    assert checkpoint_violation(committed, offset, acknowledged) == expected

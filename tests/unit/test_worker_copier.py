@@ -17,7 +17,7 @@ from strait.worker import copier as copier_module
 from strait.worker.checkpoint import AckTracker, start_offset
 from strait.worker.copier import Copier, StartOffsets
 from strait.worker.destination import DestinationError
-from strait.worker.fetch import PartitionState
+from strait.worker.pipeline import PartitionState
 from strait.worker.task import PartitionTask
 
 ROUTE = "a-b"
@@ -60,7 +60,14 @@ class FakePipeline:
     def send(self, state: PartitionState, *offsets: int) -> None:
         assert state.tracker is not None
         for offset in offsets:
-            state.tracker.sent(offset)
+            state.tracker.sent(offset, source_gap=True)  # gaps here stand for markers and compaction
+
+    def fail(self, state: PartitionState, *offsets: int) -> None:
+        with self._lock:
+            assert state.tracker is not None
+            for offset in offsets:
+                state.tracker.failed(offset)
+            self._settle()
 
     def ack(self, state: PartitionState, *offsets: int) -> None:
         with self._lock:
@@ -219,7 +226,11 @@ def test_revoke_waits_for_in_flight_acks_then_commits_the_exact_end(harness: Har
     assert len(harness.checkpoints.commits) == commits, "a released partition was committed again"
 
 
-def test_revoke_that_times_out_commits_only_the_acknowledged_prefix(harness: Harness) -> None:
+def test_a_revoke_that_times_out_keeps_the_partition_held_until_its_records_are_answered(
+    harness: Harness,
+) -> None:
+    # Review item C: a timed-out revoke used to count as released, so with a stalled
+    # destination the next owner wrote while this worker's records were still in flight.
     task = _task()
     harness.copier.assign([task])
     _wait_for(lambda: task in harness.realtime.states)
@@ -227,10 +238,17 @@ def test_revoke_that_times_out_commits_only_the_acknowledged_prefix(harness: Har
     harness.realtime.send(state, 0, 1, 2)
     harness.realtime.ack(state, 0, 2)
     started = time.monotonic()
-    harness.copier.revoke([task], timeout_s=0.3)
+    assert harness.copier.revoke([task], timeout_s=0.3) == {task}
     assert time.monotonic() - started < 3
-    assert harness.checkpoints.history(task)[-1] == 1  # 1 is unacknowledged: the next owner re-sends it
-    assert harness.copier.assigned() == set()
+    assert harness.copier.assigned() == {task}, "released with a record in flight"
+    time.sleep(0.1)
+    assert harness.copier.assigned() == {task}
+    # Assigned again meanwhile: it must start afresh after the revoke, not be lost in it.
+    harness.copier.assign([task])
+    harness.realtime.fail(state, 1)  # the producer gives up on record 1 (delivery timeout)
+    _wait_for(lambda: harness.checkpoints.history(task)[-1:] == [1])  # 1 is re-sent by the next owner
+    _wait_for(lambda: len(harness.realtime.adds) == 2)
+    assert harness.realtime.adds[-1] == (task, 1)
 
 
 def test_a_partition_that_falls_behind_moves_to_catchup_at_its_checkpoint(harness: Harness) -> None:

@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from strait.worker.checkpoint import AckTracker
-from strait.worker.fetch import PartitionState, delivery_error_is_permanent
+from strait.worker.pipeline import PartitionState, delivery_error_is_permanent
 from strait.worker.task import PartitionTask
 
 
@@ -50,6 +50,6 @@ def test_lag_is_measured_from_the_fetch_position() -> None:
     state.source_end = 250
     assert state.lag == 150
     state.tracker.sent(100)
-    state.tracker.sent(105)
+    state.tracker.sent(105, source_gap=True)
     assert state.lag == 144
     assert state.checkpoint == 100

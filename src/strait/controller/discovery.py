@@ -49,6 +49,7 @@ def plan_topic_updates(
                         destination_topic=topic,
                         origin="pattern",
                         partitions=count,
+                        initial_partitions=count,
                     )
                 )
         elif count > spec.partitions:
@@ -60,6 +61,7 @@ def plan_topic_updates(
                     start=spec.start,
                     origin=spec.origin,
                     partitions=count,
+                    initial_partitions=spec.initial_partitions,
                 )
             )
     return updates

@@ -183,6 +183,7 @@ class ControllerService:
             start=request.start or "earliest",
             origin="api",
             partitions=partitions,
+            initial_partitions=partitions,
         )
         existing = self.store.create_topic(spec)
         if existing is not None:

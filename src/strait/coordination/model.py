@@ -59,6 +59,14 @@ class TopicSpec:
     start: Start = "earliest"
     origin: Origin = "api"
     partitions: int = 0  # source partition count last seen by the controller
+    # Partition count when the topic was added: `start` applies to those partitions only.
+    # Partitions the source grows later start at their earliest offset, or every record
+    # written to them before a worker picks them up would be skipped.
+    initial_partitions: int = 0
+
+    def start_of(self, partition: int) -> Start:
+        """Where a partition without a checkpoint starts copying."""
+        return self.start if partition < self.initial_partitions else "earliest"
 
     def settings(self) -> tuple[str, str]:
         """The user-chosen settings; two specs with equal settings are the same request."""
@@ -70,6 +78,7 @@ class TopicSpec:
             "start": self.start,
             "origin": self.origin,
             "partitions": self.partitions,
+            "initial_partitions": self.initial_partitions,
         }
 
     @classmethod
@@ -81,6 +90,9 @@ class TopicSpec:
             start="latest" if data.get("start") == "latest" else "earliest",
             origin="pattern" if data.get("origin") == "pattern" else "api",
             partitions=int(data.get("partitions", 0)),
+            # Specs written before the field existed: their count at the last growth is the
+            # best floor known (new partitions above it still start at earliest).
+            initial_partitions=int(data.get("initial_partitions", data.get("partitions", 0))),
         )
 
 

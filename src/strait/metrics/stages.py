@@ -54,6 +54,8 @@ class CopyObserver(Protocol):
     def acked(self, pipeline: str, topic: str, partition: int, ack_s: float, timestamp_ms: int) -> None: ...
     def committed(self, seconds: float) -> None: ...
     def client_stats(self, role: str) -> Callable[[str], None]: ...
+    def offset_gap(self, kind: str) -> None: ...
+    def checkpoint_refused(self, kind: str) -> None: ...
 
 
 class RouteObserver:
@@ -72,6 +74,9 @@ class RouteObserver:
         self._last_timestamp: dict[tuple[str, int], int] = {}  # source timestamp (ms) of the last ack
         self._leaders: dict[str, dict[tuple[str, int], str]] = {}
         self._rtt: dict[str, list[BrokerLatency]] = {}
+        # Data-path safety events by kind (`strait_offset_gaps_total`, `strait_checkpoint_violations_total`).
+        self._gaps: dict[str, int] = {}
+        self._refused: dict[str, int] = {}
 
     # --- hooks (copy path) ---------------------------------------------------------------
     def fetched(self, pipeline: str, wait_s: float) -> None:
@@ -94,6 +99,14 @@ class RouteObserver:
 
     def committed(self, seconds: float) -> None:
         self._stage("control", CHECKPOINT_COMMIT, ANY_BROKER).observe(seconds)
+
+    def offset_gap(self, kind: str) -> None:
+        """A gap between consecutive offsets: accepted (`source`, `retention`) or rewound (`unexpected`)."""
+        self._gaps[kind] = self._gaps.get(kind, 0) + 1
+
+    def checkpoint_refused(self, kind: str) -> None:
+        """A checkpoint commit that would have moved backwards or past an unacknowledged record."""
+        self._refused[kind] = self._refused.get(kind, 0) + 1
 
     def client_stats(self, role: str) -> Callable[[str], None]:
         """A librdkafka `stats_cb` for a client of the source or destination cluster."""
@@ -127,6 +140,12 @@ class RouteObserver:
             snap = buckets.snapshot()
             merged[topic] = merged[topic].plus(snap) if topic in merged else snap
         return merged
+
+    def offset_gaps(self) -> dict[str, int]:
+        return dict(self._gaps)
+
+    def checkpoints_refused(self) -> dict[str, int]:
+        return dict(self._refused)
 
     def broker_rtts(self) -> dict[str, list[BrokerLatency]]:
         return dict(self._rtt)

@@ -149,6 +149,26 @@ class _WorkerCollector(Collector):
         yield info
         yield from self._partitions()
         yield from self._latencies()
+        yield from self._safety()
+
+    def _safety(self) -> Iterator[Any]:
+        gaps = CounterMetricFamily(
+            "strait_offset_gaps",
+            "Gaps between consecutive source offsets: kind source/retention were accepted, "
+            "unexpected ones (a record the copy loop dropped) rewound the partition.",
+            labels=["route", "kind"],
+        )
+        refused = CounterMetricFamily(
+            "strait_checkpoint_violations",
+            "Checkpoint commits refused: backwards, or past an unacknowledged record.",
+            labels=["route", "kind"],
+        )
+        for route, observer in sorted(self._metrics.observers().items()):
+            for kind, count in sorted(observer.offset_gaps().items()):
+                gaps.add_metric([route, kind], float(count))
+            for kind, count in sorted(observer.checkpoints_refused().items()):
+                refused.add_metric([route, kind], float(count))
+        yield from (gaps, refused)
 
     def _partitions(self) -> Iterator[Any]:
         m = self._metrics

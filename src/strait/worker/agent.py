@@ -5,9 +5,16 @@ watch, and each route's copier adds or removes partitions in place.
 
 Hand-over protocol (see `strait.controller.handover`): the agent publishes the partitions it
 *holds*. It announces a partition before it starts copying it, and withdraws it only after the
-copier has revoked it (in-flight records acknowledged, checkpoint committed). The controller
-gives a partition to a new owner only when no live worker holds it, so two workers never copy
-the same partition and a clean hand-over neither loses nor duplicates a record.
+copier has revoked it (in-flight records acknowledged or failed, checkpoint committed; a
+stalled destination keeps the partition held, however long). The controller gives a partition
+to a new owner only when no live worker holds it, so between live workers a hand-over neither
+loses nor duplicates a record.
+
+Two writers are still possible for a worker the controller gave up on: its session ended
+(frozen process, network cut) while it had records in flight. Such a worker stops fetching on
+its own once it has been cut off from ZooKeeper for a third of the session timeout, before the
+session can expire, and commits no checkpoint afterwards; records already in flight may still
+land (duplicates for the next owner, never loss). Exactly-once routes fence it outright.
 
 Lifecycle: joining (registered) -> active (first assignment applied) -> draining (SIGTERM or
 `POST /workers/{id}/drain`: the controller moves every partition away) -> left (deregistered).
@@ -51,7 +58,8 @@ class RouteCopier(Protocol):
 
     def start(self) -> None: ...
     def assign(self, tasks: Iterable[PartitionTask]) -> None: ...
-    def revoke(self, tasks: Iterable[PartitionTask], timeout_s: float = 30) -> None: ...
+    def revoke(self, tasks: Iterable[PartitionTask], timeout_s: float = 30) -> set[PartitionTask]: ...
+    def abandon(self) -> None: ...
     def assigned(self) -> set[PartitionTask]: ...
     def stats(self) -> Mapping[Any, Any]: ...
     def stop(self, drain: bool = True, timeout_s: float = 30) -> None: ...
@@ -106,6 +114,9 @@ class WorkerAgent:
         self._wake = threading.Event()
         self._drain = threading.Event()
         self._session_lost = False
+        self._suspended_since: float | None = None
+        self._cut_off = False  # stopped copying because coordination was unreachable too long
+        self._published: set[PartitionKey] | None = None
         self._drain_deadline = float("inf")
         self._next_stats = 0.0
 
@@ -165,11 +176,16 @@ class WorkerAgent:
         if state is SessionState.LOST:
             # Our registration is gone and the controller is giving our partitions away.
             self._session_lost = True
+        if state is SessionState.SUSPENDED:
+            if self._suspended_since is None:
+                self._suspended_since = time.monotonic()
+        else:
+            self._suspended_since = None
         self._wake.set()
 
     # --- the loop ------------------------------------------------------------------------
     def _timeout(self) -> float:
-        if self._state is WorkerState.DRAINING:
+        if self._state is WorkerState.DRAINING or self._suspended_since is not None:
             return 0.2
         return max(0.05, min(self._next_stats - time.monotonic(), self.config.worker.stats_interval_s))
 
@@ -177,6 +193,13 @@ class WorkerAgent:
         if self._session_lost:
             self._recover_session()
             return
+        if self._suspended_since is not None:
+            self._check_cut_off(time.monotonic() - self._suspended_since)
+            return
+        if self._cut_off:
+            # The same session came back: copy again, from the committed checkpoints.
+            log.info("ZooKeeper reachable again; resuming from the committed checkpoints")
+            self._cut_off = False
         if self._drain.is_set() and self._state is not WorkerState.DRAINING:
             self._begin_drain()
         if self._state is WorkerState.DRAINING and time.monotonic() > self._drain_deadline:
@@ -197,7 +220,27 @@ class WorkerAgent:
             self._leave()
             return
         if time.monotonic() >= self._next_stats:
+            held = self._held()
+            if held != self._published:
+                # A revoke that outlived its timeout has finished: let the partition go.
+                self._publish_holding(held)
             self._publish_stats()
+
+    def _check_cut_off(self, suspended_s: float) -> None:
+        # kazoo reports SUSPENDED after about two thirds of the session timeout without an
+        # answer; stopping a third later leaves no moment where the server may have expired
+        # the session (and the controller moved our partitions) while we still fetch.
+        if self._cut_off or suspended_s < self.config.zookeeper.session_timeout_s / 3:
+            return
+        log.warning(
+            "cut off from ZooKeeper for %.1fs: stopping all %d partitions without further checkpoints",
+            suspended_s,
+            len(self._tasks),
+        )
+        for copier in self._copiers.values():
+            copier.abandon()
+        self._tasks.clear()
+        self._cut_off = True
 
     def _begin_drain(self) -> None:
         log.info("worker %s draining", self.id)
@@ -225,18 +268,27 @@ class WorkerAgent:
         for route, batch in _by_route(tasks).items():
             self._copiers[route].assign(batch)
         self._tasks.update(tasks)
-        self._publish_holding(set(self._tasks))
+        self._publish_holding(self._held())
         log.info("started %d partitions (now %d)", len(tasks), len(self._tasks))
 
     def _release(self, keys: set[PartitionKey]) -> None:
         tasks = {k: self._tasks[k] for k in keys if k in self._tasks}
+        still: set[PartitionTask] = set()
         for route, batch in _by_route(tasks).items():
-            self._copiers[route].revoke(batch, timeout_s=self.config.worker.revoke_timeout_s)
+            still |= self._copiers[route].revoke(batch, timeout_s=self.config.worker.revoke_timeout_s)
         for key in keys:
             self._tasks.pop(key, None)
         if not self._session_lost:
-            self._publish_holding(set(self._tasks))
-        log.info("released %d partitions (now %d)", len(tasks), len(self._tasks))
+            # Partitions whose records are still in flight stay announced (see `_held`).
+            self._publish_holding(self._held())
+        log.info("released %d partitions (now %d, %d still in flight)", len(tasks), len(self._tasks), len(still))
+
+    def _held(self) -> set[PartitionKey]:
+        """What this worker may still write to: its tasks, and partitions still being revoked."""
+        held = set(self._tasks)
+        for copier in self._copiers.values():
+            held |= {PartitionKey(t.route, t.topic, t.partition) for t in copier.assigned()}
+        return held
 
     def _tasks_for(self, keys: AbstractSet[PartitionKey]) -> dict[PartitionKey, PartitionTask]:
         # Read the specs afresh: a topic removed and added again may have new settings.
@@ -252,7 +304,7 @@ class WorkerAgent:
                 topic=key.topic,
                 partition=key.partition,
                 destination_topic=spec.destination_topic,
-                start=spec.start,
+                start=spec.start_of(key.partition),
             )
         return tasks
 
@@ -304,6 +356,7 @@ class WorkerAgent:
 
     def _publish_holding(self, holding: set[PartitionKey]) -> None:
         self.store.update_worker(self._record(holding))
+        self._published = holding
 
     def _publish_stats(self) -> None:
         self._next_stats = time.monotonic() + self.config.worker.stats_interval_s

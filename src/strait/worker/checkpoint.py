@@ -5,6 +5,10 @@ from so that nothing is lost: the end of the longest prefix of *sent* records th
 destination has acknowledged. Source offsets are not dense (compaction, transaction markers,
 aborted records read with ``read_committed``), so the tracker remembers the offsets actually
 sent instead of assuming ``offset + 1`` is the next record.
+
+A gap is accepted only when the caller vouches that the source itself has no record in it
+(the consumer's own stream jumped); any other gap is a record the copy loop dropped, and
+accepting it would let the checkpoint pass a record that never reached the destination.
 """
 
 from __future__ import annotations
@@ -15,6 +19,30 @@ from typing import Literal
 
 class OutOfOrderSend(ValueError):
     """A record was sent whose offset is not above every offset sent before it."""
+
+
+class UnexpectedGap(ValueError):
+    """A record was sent past offsets that were neither sent nor vouched for as empty."""
+
+
+# Why a checkpoint commit was refused (see `checkpoint_violation`).
+BACKWARDS = "backwards"
+UNACKNOWLEDGED = "unacknowledged"
+
+
+def checkpoint_violation(committed: int | None, offset: int, acknowledged: int) -> str | None:
+    """Why committing ``offset`` would break a checkpoint's promise, or None if it is safe.
+
+    ``committed`` is the last checkpoint this owner committed (or resumed from);
+    ``acknowledged`` is the end of the prefix the destination acknowledged. A checkpoint never
+    moves backwards (a later owner would copy records again, and a zombie's late commit would
+    undo its successor's progress) and never passes an unacknowledged record (that is loss).
+    """
+    if offset > acknowledged:
+        return UNACKNOWLEDGED
+    if committed is not None and offset < committed:
+        return BACKWARDS
+    return None
 
 
 class AckTracker:
@@ -67,10 +95,17 @@ class AckTracker:
         """True when a failed record keeps the checkpoint from moving."""
         return bool(self._failed)
 
-    def sent(self, offset: int) -> None:
-        """Register a record handed to the destination; offsets must increase."""
+    def sent(self, offset: int, *, source_gap: bool = False) -> None:
+        """Register a record handed to the destination; offsets must increase.
+
+        A record above :attr:`next_offset` leaves a gap; it is accepted only with
+        ``source_gap=True``, the caller's word that the source holds no record in between
+        (compaction, transaction markers, aborted records). Otherwise ``UnexpectedGap``.
+        """
         if offset <= self._last_sent:
             raise OutOfOrderSend(f"offset {offset} sent after {self._last_sent}")
+        if offset > self._last_sent + 1 and not source_gap:
+            raise UnexpectedGap(f"offset {offset} sent while {self._last_sent + 1} was expected")
         self._last_sent = offset
         self._sent_order.append(offset)
         self._outstanding.add(offset)

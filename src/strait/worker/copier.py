@@ -24,15 +24,10 @@ from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # re
 
 from strait import clients
 from strait.metrics.stages import CopyObserver
-from strait.worker.checkpoint import start_offset
+from strait.worker.checkpoint import checkpoint_violation, start_offset
 from strait.worker.destination import DestinationError, DestinationTopics
-from strait.worker.fetch import (
-    CATCHUP_SETTINGS,
-    PartitionState,
-    Pipeline,
-    PipelineSettings,
-    RecordPipeline,
-)
+from strait.worker.fetch import RecordPipeline
+from strait.worker.pipeline import CATCHUP_SETTINGS, PartitionState, Pipeline, PipelineSettings
 from strait.worker.task import PartitionTask
 
 log = logging.getLogger(__name__)
@@ -187,6 +182,12 @@ class _Entry:
     start_error: str | None = None
     revoke_deadline: float | None = None
     revoked: threading.Event = field(default_factory=threading.Event)
+    # Abandoned: stopped without a final commit (cut off from coordination, a successor may
+    # already own the partition).
+    abandoned: bool = False
+    overdue_logged: bool = False
+    # Assigned again while its revoke was still in progress: started afresh once it ends.
+    successor: PartitionTask | None = None
 
 
 class Copier:
@@ -278,21 +279,30 @@ class Copier:
             for task in tasks:
                 if task.route != self.route:
                     raise ValueError(f"task {task} belongs to route {task.route!r}, not {self.route!r}")
+                clash = next(
+                    (e for t, e in self._entries.items() if (t.topic, t.partition) == (task.topic, task.partition)),
+                    None,
+                )
+                if clash is not None and clash.revoke_deadline is not None:
+                    # Still being handed over (its records in flight): it starts again from
+                    # its checkpoint once that ends, never alongside its old self.
+                    clash.successor = task
+                    continue
                 if task in self._entries:
                     continue
-                clash = next((t for t in self._entries if (t.topic, t.partition) == (task.topic, task.partition)), None)
                 if clash is not None:
-                    raise ValueError(f"{task.topic}/{task.partition} is already assigned as {clash!r}")
+                    raise ValueError(f"{task.topic}/{task.partition} is already assigned as {clash.state.task!r}")
                 self._entries[task] = _Entry(state=PartitionState(task))
         self._wake.set()
 
-    def revoke(self, tasks: Iterable[PartitionTask], timeout_s: float = 30) -> None:
+    def revoke(self, tasks: Iterable[PartitionTask], timeout_s: float = 30) -> set[PartitionTask]:
         """Hand partitions over cleanly: stop fetching, wait for in-flight acks, commit, return.
 
         The next owner resumes exactly at the committed checkpoint (no loss, no duplicates).
-        If acknowledgements do not arrive within ``timeout_s``, the acknowledged prefix is
-        committed and the partition released anyway: the next owner may then copy a few records
-        again (at-least-once), it never misses one.
+        Returns the partitions whose records are still in flight after ``timeout_s`` (a stalled
+        destination): they stay held (:meth:`assigned` lists them) until every record was
+        acknowledged or failed (at most the producer's delivery timeout), because a new owner
+        starting earlier would write alongside them.
         """
         deadline = time.monotonic() + timeout_s
         waiting: list[threading.Event] = []
@@ -305,14 +315,30 @@ class Copier:
                     entry.revoke_deadline = deadline
                 waiting.append(entry.revoked)
         if not waiting:
-            return
+            return set()
         if not self._started or self._stopped:
             self._drop_unstarted(waiting)
-            return
+            return set()
         self._wake.set()
         for event in waiting:
-            # The control thread ends every revoke by its deadline; the margin covers one commit.
-            event.wait(max(0.0, deadline - time.monotonic()) + ADMIN_TIMEOUT_S)
+            event.wait(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            return {task for task, entry in self._entries.items() if entry.revoked in waiting and entry.revoke_deadline}
+
+    def abandon(self) -> None:
+        """Stop copying every partition at once, without committing another checkpoint.
+
+        For a worker cut off from coordination: its partitions may already belong to another
+        worker, whose checkpoints a late commit of ours could move backwards. Records in
+        flight may still land (duplicates for the next owner); nothing is lost, since the
+        committed checkpoints only cover acknowledged records. Returns at once.
+        """
+        now = time.monotonic()
+        with self._lock:
+            for entry in self._entries.values():
+                entry.abandoned = True
+                entry.revoke_deadline = now
+        self._wake.set()
 
     def assigned(self) -> set[PartitionTask]:
         """The partitions this copier owns (until their revoke has returned)."""
@@ -394,25 +420,30 @@ class Copier:
         if entry.phase == "starting":
             return True
         if entry.phase == "running":
-            assert entry.pipeline is not None
+            if entry.pipeline is None:
+                raise RuntimeError(f"{entry.state.task} runs without a pipeline")
             entry.released = entry.pipeline.release(entry.state)
             entry.phase = "releasing"
         # A partition in the middle of a move is already being released by its old pipeline.
-        assert entry.released is not None and entry.revoke_deadline is not None
+        if entry.abandoned:
+            return True
+        if entry.released is None or entry.revoke_deadline is None:
+            raise RuntimeError(f"{entry.state.task} is revoked without a release in progress")
         if entry.released.is_set():
             return True
-        if now >= entry.revoke_deadline:
+        if now >= entry.revoke_deadline and not entry.overdue_logged:
+            entry.overdue_logged = True
             tracker = entry.state.tracker
             log.warning(
-                "revoke of %s timed out with %d records unacknowledged; committing the acknowledged prefix",
+                "revoke of %s: %d records still unacknowledged after the revoke timeout; holding the "
+                "partition until the destination answers for each (a new owner must not write beside them)",
                 entry.state.task,
                 tracker.in_flight if tracker else 0,
             )
-            return True
         return False
 
     def _finish_revokes(self, finished: list[_Entry]) -> None:
-        self._commit(finished, final=True)
+        self._commit([e for e in finished if not e.abandoned], final=True)
         with self._lock:
             for entry in finished:
                 task = entry.state.task
@@ -421,6 +452,8 @@ class Copier:
                 if entry.state.failed:
                     # The next assignment checks the destination again (it may have been deleted).
                     self._destinations.forget(task.destination_topic)
+                if entry.successor is not None and not self._stopping.is_set():
+                    self._entries[entry.successor] = _Entry(state=PartitionState(entry.successor))
                 entry.revoked.set()
 
     def _drop_unstarted(self, events: list[threading.Event]) -> None:
@@ -431,8 +464,7 @@ class Copier:
                     entry.revoked.set()
 
     def _advance_move(self, entry: _Entry, now: float) -> None:
-        assert entry.released is not None
-        if not entry.released.is_set():
+        if entry.released is None or not entry.released.is_set():
             return
         state = entry.state
         if state.failed or state.tracker is None or entry.target is None:
@@ -446,7 +478,8 @@ class Copier:
 
     def _classify(self, entries: list[_Entry], now: float) -> None:
         """Move partitions between the realtime and catch-up pipelines by fetch lag."""
-        assert self._catchup_lag_threshold is not None and self._catchup is not None
+        if self._catchup_lag_threshold is None or self._catchup is None:
+            return
         threshold = self._catchup_lag_threshold
         for entry in entries:
             state = entry.state
@@ -461,7 +494,8 @@ class Copier:
                 target = self._realtime
             else:
                 continue
-            assert entry.pipeline is not None
+            if entry.pipeline is None:
+                continue
             log.info("moving %s to the %s pipeline (lag %d)", state.task, target.name, lag)
             entry.target = target
             entry.released = entry.pipeline.release(state)
@@ -497,6 +531,12 @@ class Copier:
             state.committed = committed
             if committed is None:
                 fresh.append(entry)
+            elif committed > start:
+                # The source's end is below our checkpoint: an unclean leader election lost
+                # records we had copied. Copying resumes where the source is; the checkpoint
+                # may move back this once, knowingly.
+                log.warning("%s: checkpoint %d is above the source's end offset %d", state.task, committed, start)
+                state.committed = start
             elif committed < start:
                 state.skipped = start - committed
                 log.warning(
@@ -531,9 +571,25 @@ class Copier:
         """Commit the checkpoints that moved since their last commit, in one request."""
         due: list[tuple[PartitionState, int]] = []
         for entry in entries:
-            checkpoint = entry.state.checkpoint
-            if checkpoint is not None and checkpoint != entry.state.committed:
-                due.append((entry.state, checkpoint))
+            state = entry.state
+            tracker = state.tracker
+            if tracker is None or entry.abandoned:
+                continue
+            checkpoint = tracker.position
+            if checkpoint == state.committed:
+                continue
+            # Every commit path goes through here: refuse, count and report rather than commit
+            # a checkpoint that breaks its promise (the acknowledged position is re-read, so a
+            # value computed from anything else cannot slip through).
+            violation = checkpoint_violation(state.committed, checkpoint, tracker.position)
+            if violation is not None:
+                log.error(
+                    "%s: refusing checkpoint %d (%s; committed %s)", state.task, checkpoint, violation, state.committed
+                )
+                if self._observer is not None:
+                    self._observer.checkpoint_refused(violation)
+                continue
+            due.append((state, checkpoint))
         if not due:
             return
         started = time.monotonic()

@@ -1,4 +1,4 @@
-"""Fetch pipelines: the copy loop that moves records of assigned partitions to the destination.
+"""The record copy loop: fetch from the source, produce to the destination, track acknowledgements.
 
 A pipeline owns one source consumer (explicit assignment, never a group member), one
 destination producer and one thread. The copier runs two of them per route, ``realtime`` and
@@ -6,9 +6,16 @@ destination producer and one thread. The copier runs two of them per route, ``re
 fetches and fills its producer queue, and must not sit in the same fetch requests or the same
 producer queue as partitions that are caught up.
 
-:class:`Pipeline` is the small interface the copier drives; :class:`RecordPipeline` copies
-record by record through librdkafka. A pass-through copier that forwards whole record batches
-would be another :class:`Pipeline`.
+One loop step: run the copier's commands, fetch a batch (only when the previous one is fully
+produced), produce the batch until the producer queue is full, serve acknowledgements. Commands
+run *between* produce passes only, and every command that changes a partition's position
+(add, release, rewind, failure) first drops that partition's messages from the unproduced
+batch: a message fetched before the change can never be produced after it.
+
+The loop also checks the source stream itself: a record may leave a gap after the previous one
+only when the consumer's own stream jumped (compaction, transaction markers, aborted records);
+a gap the loop made by dropping a record rewinds the partition to its checkpoint and is
+counted, so a slip becomes a duplicate at worst, never a loss.
 """
 
 from __future__ import annotations
@@ -17,173 +24,34 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
-from confluent_kafka import (
-    TIMESTAMP_NOT_AVAILABLE,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message, TopicPartition
 
 from strait import clients
 from strait.metrics.stages import DESTINATION, SOURCE, CopyObserver, client_settings
-from strait.worker.checkpoint import AckTracker
-from strait.worker.task import PartitionTask
+from strait.worker.checkpoint import AckTracker, UnexpectedGap
+from strait.worker.pipeline import (
+    REWIND_BACKOFF_S,
+    SOURCE_GONE,
+    WATERMARK_REFRESH_S,
+    PartitionState,
+    PipelineSettings,
+    delivery_error_is_permanent,
+    describe_error,
+)
 
 log = logging.getLogger(__name__)
 
-# Delivery errors that say the destination topic or partition is gone: retrying cannot help,
-# and re-creating the topic behind the operator's back would hide the deletion.
-DESTINATION_GONE = frozenset(
-    {
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError.UNKNOWN_TOPIC_ID,
-        KafkaError._UNKNOWN_TOPIC,
-        KafkaError._UNKNOWN_PARTITION,
-    }
-)
+Key = tuple[str, int]
 
-# Delivery errors that a later attempt can overcome (the destination was unreachable or
-# leaderless for longer than the delivery timeout). librdkafka does not flag delivery-report
-# errors as retriable, so the list is ours. Everything else stops the partition.
-TRANSIENT_DELIVERY_ERRORS = frozenset(
-    {
-        KafkaError._MSG_TIMED_OUT,
-        KafkaError._TIMED_OUT,
-        KafkaError._TRANSPORT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError.REQUEST_TIMED_OUT,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.BROKER_NOT_AVAILABLE,
-        KafkaError.NETWORK_EXCEPTION,
-        KafkaError.NOT_ENOUGH_REPLICAS,
-        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        KafkaError.KAFKA_STORAGE_ERROR,
-        KafkaError.NOT_CONTROLLER,
-    }
-)
-
-# Fetch errors about one source partition that will not go away by themselves.
-SOURCE_GONE = frozenset(
-    {
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError.UNKNOWN_TOPIC_ID,
-        KafkaError._UNKNOWN_TOPIC,
-        KafkaError._UNKNOWN_PARTITION,
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    }
-)
-
-REWIND_BACKOFF_S = 1.0
-WATERMARK_REFRESH_S = 0.5
-
-
-def delivery_error_is_permanent(error: KafkaError) -> bool:
-    """True if a failed delivery must stop its partition instead of being sent again."""
-    if error.code() in DESTINATION_GONE:
-        return True
-    return error.fatal() or error.code() not in TRANSIENT_DELIVERY_ERRORS
-
-
-def describe_error(error: KafkaError) -> str:
-    """A stats-friendly reason: the symbolic code, then librdkafka's text."""
-    return f"{error.name()}: {error.str()}"
-
-
-class PartitionState:
-    """Runtime state of one assigned partition, shared by the copier and its current pipeline.
-
-    The pipeline thread writes the copy progress; the copier thread reads it (single attribute
-    reads and writes are atomic under the GIL) and owns the lifecycle fields.
-    """
-
-    def __init__(self, task: PartitionTask) -> None:
-        self.task = task
-        self.tp = TopicPartition(task.topic, task.partition)
-        self.tracker: AckTracker | None = None
-        self.fetching = False
-        self.pipeline: str | None = None
-        self.records = 0
-        self.bytes = 0
-        self.source_end: int | None = None
-        self.committed: int | None = None
-        self.error: str | None = None
-        self.last_progress: float | None = None
-        self.rewind_at: float | None = None
-        self.rewinds = 0
-        self.skipped = 0
-
-    @property
-    def failed(self) -> bool:
-        """True once the partition stopped for good; ``error`` says why."""
-        return self.error is not None
-
-    @property
-    def checkpoint(self) -> int | None:
-        """The offset to resume from without loss, once copying has started."""
-        return None if self.tracker is None else self.tracker.position
-
-    @property
-    def lag(self) -> int | None:
-        """Source records not yet fetched (end offset minus fetch position), if known."""
-        if self.tracker is None or self.source_end is None:
-            return None
-        return max(0, self.source_end - self.tracker.next_offset)
-
-
-class Pipeline(Protocol):
-    """A fetch-and-send loop over a changing set of partitions, driven by the copier."""
-
-    name: str
-
-    def start(self) -> None:
-        """Start the loop's thread."""
-
-    def add(self, state: PartitionState, offset: int) -> None:
-        """Start copying ``state``'s partition from exactly ``offset``."""
-
-    def release(self, state: PartitionState) -> threading.Event:
-        """Stop fetching the partition; the event is set once nothing of it is in flight."""
-
-    def stop(self, timeout_s: float) -> None:
-        """Stop the loop; wait up to ``timeout_s`` for records in flight to be acknowledged."""
-
-
-@dataclass(frozen=True)
-class PipelineSettings:
-    """Bounds and latency knobs of one pipeline; defaults suit a realtime pipeline."""
-
-    batch_size: int = 1000
-    # Pre-fetched source data held by librdkafka, bounded per consumer.
-    queued_max_kbytes: int = 16 * 1024
-    fetch_max_bytes: int = 8 * 1024 * 1024
-    fetch_wait_max_ms: int = 100
-    # Records waiting for the destination's acknowledgement, bounded per producer; when full,
-    # the loop stops consuming, so the consumer's bounded queue stops fetching.
-    producer_max_messages: int = 100_000
-    producer_max_kbytes: int = 64 * 1024
-    # 0: a caught-up partition gets a record every few ms, so a linger only delays each one
-    # (5 ms doubled the produce acknowledgement time at 1,000 records/s over 8 partitions);
-    # under load records still batch while earlier requests are in flight.
-    linger_ms: int = 0
-    # How long librdkafka retries one record before the pipeline rewinds the partition.
-    delivery_timeout_ms: int = 120_000
-    missing_topic_timeout_ms: int = 10_000
-
-
-CATCHUP_SETTINGS = PipelineSettings(
-    batch_size=5000,
-    queued_max_kbytes=32 * 1024,
-    fetch_max_bytes=16 * 1024 * 1024,
-    fetch_wait_max_ms=500,
-    linger_ms=20,
-)
+# Kinds of `strait_offset_gaps_total`.
+GAP_SOURCE = "source"  # the source has no record there: compaction, markers, aborted records
+GAP_RETENTION = "retention"  # the checkpoint fell below the source's log start
+GAP_UNEXPECTED = "unexpected"  # a record the loop dropped: rewound, never committed past
 
 
 class RecordPipeline:
@@ -191,7 +59,7 @@ class RecordPipeline:
 
     Idempotent producer with ``acks=all``: per-partition order holds through retries. All
     consumer and producer calls run on the pipeline's own thread; other threads talk to it
-    through a command queue.
+    through a command queue. ``consumer``/``producer`` replace the librdkafka clients (tests).
     """
 
     def __init__(
@@ -204,16 +72,43 @@ class RecordPipeline:
         client_id: str,
         settings: PipelineSettings = PipelineSettings(),
         observer: CopyObserver | None = None,
+        consumer: Any = None,
+        producer: Any = None,
     ) -> None:
         self.name = name
         self._settings = settings
         self._observer = observer
-        self._consumer = clients.consumer(
+        self._client_id = client_id
+        self._consumer = consumer if consumer is not None else self._make_consumer(source, group_id)
+        self._producer = producer if producer is not None else self._make_producer(destination)
+        self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._states: dict[Key, PartitionState] = {}
+        self._assigned: set[Key] = set()
+        self._draining: list[tuple[PartitionState, threading.Event]] = []
+        # Fetched and not yet produced, in fetch order, each with where the consumer's stream of
+        # its partition stood just before it; only ever holds partitions' current streams.
+        self._backlog: deque[tuple[Message, int | None]] = deque()
+        self._fetched_at = 0.0
+        # Per partition, the offset the consumer's stream continues from: the offset it was
+        # positioned at, then one past the last record it handed over.
+        self._stream: dict[Key, int] = {}
+        self._reset: set[Key] = set()  # the consumer reported an offset reset for these
+        self._stopping = threading.Event()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=f"strait-copy-{client_id}-{name}", daemon=True)
+        self._next_watermarks = 0.0
+        self._flush_timeout_s = 0.0
+
+    # -- clients (overridden by the transactional pipeline) ------------------------------------
+
+    def _make_consumer(self, source: Mapping[str, Any], group_id: str) -> Any:
+        settings = self._settings
+        return clients.consumer(
             source,
-            **client_settings(observer, SOURCE),
+            **client_settings(self._observer, SOURCE),
             **{
                 "group.id": group_id,
-                "client.id": f"{client_id}-{name}",
+                "client.id": f"{self._client_id}-{self.name}",
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 # Only an out-of-range checkpoint (source retention removed it) resets.
@@ -226,8 +121,11 @@ class RecordPipeline:
                 "fetch.wait.max.ms": settings.fetch_wait_max_ms,
             },
         )
-        producer_overrides: dict[str, Any] = {
-            "client.id": f"{client_id}-{name}",
+
+    def _producer_settings(self, destination: Mapping[str, Any]) -> dict[str, Any]:
+        settings = self._settings
+        overrides: dict[str, Any] = {
+            "client.id": f"{self._client_id}-{self.name}",
             "enable.idempotence": True,
             "acks": "all",
             # A deleted destination topic must fail its partition, not come back with
@@ -243,17 +141,14 @@ class RecordPipeline:
         }
         if "message.max.bytes" not in destination:
             # Only a client-side cap: the destination topic's max.message.bytes decides.
-            producer_overrides["message.max.bytes"] = 64 * 1024 * 1024
-        producer_overrides.update(client_settings(observer, DESTINATION))
-        self._producer = clients.producer(destination, **producer_overrides)
-        self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._states: dict[tuple[str, int], PartitionState] = {}
-        self._assigned: set[tuple[str, int]] = set()
-        self._draining: list[tuple[PartitionState, threading.Event]] = []
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"strait-copy-{client_id}-{name}", daemon=True)
-        self._next_watermarks = 0.0
-        self._flush_timeout_s = 0.0
+            overrides["message.max.bytes"] = 64 * 1024 * 1024
+        overrides.update(client_settings(self._observer, DESTINATION))
+        return overrides
+
+    def _make_producer(self, destination: Mapping[str, Any]) -> Any:
+        return clients.producer(destination, **self._producer_settings(destination))
+
+    # -- the Pipeline protocol (any thread) ----------------------------------------------------
 
     def start(self) -> None:
         """Start the loop's thread."""
@@ -285,21 +180,12 @@ class RecordPipeline:
         elif self._thread.is_alive():
             self._thread.join(timeout_s + 10)
 
+    # -- the loop (pipeline thread) ------------------------------------------------------------
+
     def _run(self) -> None:
         try:
             while not self._stopping.is_set():
-                self._run_commands()
-                busy = bool(self._draining) or any(s.rewind_at for s in self._states.values())
-                asked = time.monotonic()
-                messages = self._fetch(0.02 if busy else 0.1)
-                if messages:
-                    if self._observer is not None:
-                        self._observer.fetched(self.name, time.monotonic() - asked)
-                    self._copy(messages)
-                self._producer.poll(0)
-                self._finish_releases()
-                self._rewind_due()
-                self._refresh_watermarks()
+                self._step()
         except Exception as exc:
             log.exception("pipeline %s crashed", self.name)
             for state in self._states.values():
@@ -307,6 +193,42 @@ class RecordPipeline:
                 state.fetching = False
         finally:
             self._shutdown()
+
+    def _step(self) -> None:
+        """One turn of the loop; tests drive it directly."""
+        self._run_commands()
+        if not self._backlog:
+            busy = bool(self._draining) or any(s.rewind_at for s in self._states.values())
+            asked = time.monotonic()
+            messages = self._fetch(0.02 if busy else 0.1)
+            if messages:
+                self._fetched_at = time.monotonic()
+                if self._observer is not None:
+                    self._observer.fetched(self.name, self._fetched_at - asked)
+                self._take(messages)
+        blocked = self._produce_backlog()
+        # A full producer queue: wait a little for acknowledgements, then run commands (a
+        # revoke must not wait for the backlog) before producing again.
+        self._producer.poll(0.05 if blocked else 0)
+        self._after_poll()
+        self._finish_releases()
+        self._rewind_due()
+        self._refresh_watermarks()
+
+    def _take(self, messages: list[Any]) -> None:
+        """Queue fetched messages, noting where each partition's consumer stream stood before each."""
+        stream, backlog = self._stream, self._backlog
+        for message in messages:
+            offset = message.offset()
+            if message.error() is not None or offset is None:
+                backlog.append((message, None))
+                continue
+            key = (message.topic(), message.partition())
+            backlog.append((message, stream.get(key)))
+            stream[key] = offset + 1
+
+    def _after_poll(self) -> None:
+        """Hook for pipelines that act once per loop turn (the transactional one commits)."""
 
     def _fetch(self, wait_s: float) -> list[Any]:
         # consume(n, t) waits until n records *or* t passed: at low rates that holds every record
@@ -324,17 +246,24 @@ class RecordPipeline:
         self._run_commands()
         for state in self._states.values():
             state.fetching = False
-        try:
-            self._consumer.close()
-        except KafkaException:
-            log.warning("closing the %s consumer failed", self.name, exc_info=True)
-        # Acks that arrive while flushing still move checkpoints; the copier commits after.
-        remaining = self._producer.flush(self._flush_timeout_s)
+        self._backlog.clear()
+        # Flush before closing the consumer: a delivery report during the flush may still touch
+        # a partition's consumer state (pause), and acks that arrive move checkpoints that the
+        # copier commits after.
+        remaining = self._flush_on_stop(self._flush_timeout_s)
         if remaining:
             log.warning("pipeline %s stopped with %d records unacknowledged", self.name, remaining)
+        self._closed = True
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError):
+            log.warning("closing the %s consumer failed", self.name, exc_info=True)
         for _, done in self._draining:
             done.set()
         self._draining.clear()
+
+    def _flush_on_stop(self, timeout_s: float) -> int:
+        return int(self._producer.flush(timeout_s))
 
     def _run_commands(self) -> None:
         while True:
@@ -348,6 +277,7 @@ class RecordPipeline:
         key = (state.task.topic, state.task.partition)
         state.fetching = True
         self._states[key] = state
+        self._reposition(key, offset)
         if key in self._assigned:
             self._consumer.seek(TopicPartition(key[0], key[1], offset))
         else:
@@ -359,25 +289,42 @@ class RecordPipeline:
         if self._states.get(key) is state:
             del self._states[key]
             self._unassign(key)
+            self._purge(key)
         state.fetching = False
         self._draining.append((state, done))
         self._finish_releases()
 
-    def _unassign(self, key: tuple[str, int]) -> None:
+    def _reposition(self, key: Key, offset: int) -> None:
+        """The consumer continues ``key`` from ``offset``: forget anything fetched before."""
+        self._purge(key)
+        self._stream[key] = offset
+        self._reset.discard(key)
+
+    def _purge(self, key: Key) -> None:
+        if any((m.topic(), m.partition()) == key for m, _ in self._backlog):
+            self._backlog = deque(e for e in self._backlog if (e[0].topic(), e[0].partition()) != key)
+
+    def _unassign(self, key: Key) -> None:
+        self._stream.pop(key, None)
         if key in self._assigned:
             self._assigned.discard(key)
-            self._consumer.incremental_unassign([TopicPartition(key[0], key[1])])
+            if not self._closed:
+                self._consumer.incremental_unassign([TopicPartition(key[0], key[1])])
 
     def _finish_releases(self) -> None:
         if not self._draining:
             return
         still: list[tuple[PartitionState, threading.Event]] = []
         for state, done in self._draining:
-            if state.tracker is None or state.tracker.in_flight == 0:
+            if self._released(state):
                 done.set()
             else:
                 still.append((state, done))
         self._draining = still
+
+    def _released(self, state: PartitionState) -> bool:
+        """Whether nothing of a released partition is in flight any more."""
+        return state.tracker is None or state.tracker.in_flight == 0
 
     def _fail(self, state: PartitionState, reason: str) -> None:
         if state.error is None:
@@ -386,82 +333,122 @@ class RecordPipeline:
         state.fetching = False
         key = (state.task.topic, state.task.partition)
         if self._states.get(key) is state:
+            self._purge(key)
             self._unassign(key)
 
-    def _copy(self, messages: list[Message]) -> None:
-        produce = self._producer.produce
-        states = self._states
+    # -- producing -----------------------------------------------------------------------------
+
+    def _produce_backlog(self) -> bool:
+        """Produce fetched records in order; True if the producer queue filled up first."""
+        backlog = self._backlog
+        while backlog:
+            message, before = backlog[0]
+            if not self._copy_one(message, before):
+                return True
+            backlog.popleft()
+        return False
+
+    def _copy_one(self, message: Message, before: int | None) -> bool:
+        """Produce one fetched record, or drop it if it no longer belongs; False if the queue is full."""
+        error = message.error()
+        if error is not None:
+            self._on_fetch_error(message, error)
+            return True
+        topic, partition = message.topic(), message.partition()
+        offset = message.offset()
+        if topic is None or partition is None or offset is None:
+            return True
+        key = (topic, partition)
+        state = self._states.get(key)
+        # Records of a released, failed or rewinding partition are dropped here: they were
+        # never sent, so whoever copies the partition next re-reads them from the checkpoint.
+        if state is None or not state.fetching or state.rewind_at is not None:
+            return True
+        tracker = state.tracker
+        if tracker is None or offset < tracker.next_offset:
+            return True
+        expected = tracker.next_offset
+        # A gap is the source's own only if the consumer handed this record over right after
+        # the last record sent (its own stream jumped); if the stream stood anywhere else, a
+        # record it handed over was dropped on the way, and skipping it would be a loss.
+        source_gap = offset > expected and before == expected
+        try:
+            if not self._produce(state, tracker, message, offset, source_gap=source_gap):
+                return False
+        except UnexpectedGap as exc:
+            self._unexpected_gap(state, str(exc))
+            return True
+        if offset > expected:
+            kind = GAP_RETENTION if key in self._reset else GAP_SOURCE
+            if kind == GAP_RETENTION:
+                state.skipped += offset - expected
+                log.warning(
+                    "%s: %d records deleted by source retention before they were copied", state.task, offset - expected
+                )
+            self._reset.discard(key)
+            if self._observer is not None:
+                self._observer.offset_gap(kind)
+        return True
+
+    def _produce(
+        self, state: PartitionState, tracker: AckTracker, message: Message, offset: int, *, source_gap: bool
+    ) -> bool:
+        """Hand one record to the producer; False if its queue is full. Raises UnexpectedGap."""
+        if offset > tracker.next_offset and not source_gap:
+            raise UnexpectedGap(f"offset {offset} fetched while {tracker.next_offset} was expected")
         observer = self._observer
-        monotonic = time.monotonic
-        returned = monotonic()
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                self._on_fetch_error(message, error)
-                continue
-            topic, partition = message.topic(), message.partition()
-            if topic is None or partition is None:
-                continue
-            state = states.get((topic, partition))
-            # Records of a released, failed or rewinding partition are dropped here: they were
-            # never sent, so whoever copies the partition next re-reads them from the checkpoint.
-            if state is None or not state.fetching or state.rewind_at is not None:
-                continue
-            tracker = state.tracker
-            offset = message.offset()
-            if tracker is None or offset is None or offset < tracker.next_offset:
-                continue
-            key, value = message.key(), message.value()
-            size = (len(key) if key else 0) + (len(value) if value else 0)
-            timestamp_type, timestamp = message.timestamp()
-            if timestamp_type == TIMESTAMP_NOT_AVAILABLE:
-                timestamp = 0
-            if observer is None:
-                on_delivery = partial(self._delivered, state, tracker, offset, size)
-            else:
-                produced = monotonic()
-                observer.queued(self.name, produced - returned)
-                on_delivery = partial(self._observed, state, tracker, offset, size, produced, timestamp)
-            refreshed = False
-            while True:
-                try:
-                    produce(
-                        state.task.destination_topic,
-                        value,
-                        key,
-                        partition=partition,
-                        on_delivery=on_delivery,
-                        # LogAppendTime of the source becomes the record's CreateTime.
-                        timestamp=timestamp,
-                        headers=message.headers(),
-                    )
-                except BufferError:
-                    # Producer queue full: serve acks and commands (a revoke must not wait
-                    # for the backlog) and try again; the source side is not read meanwhile.
-                    self._producer.poll(0.05)
-                    self._run_commands()
-                    # Ownership is this pipeline's own map, not a flag: once released, another
-                    # pipeline may already copy the partition and set its flags.
-                    if (
-                        self._stopping.is_set()
-                        or states.get((topic, partition)) is not state
-                        or not state.fetching
-                        or state.rewind_at is not None
-                    ):
-                        break
+        key, value = message.key(), message.value()
+        size = (len(key) if key else 0) + (len(value) if value else 0)
+        timestamp_type, timestamp = message.timestamp()
+        if timestamp_type == TIMESTAMP_NOT_AVAILABLE:
+            timestamp = 0
+        if observer is None:
+            on_delivery = partial(self._delivered, state, tracker, offset, size)
+        else:
+            produced = time.monotonic()
+            observer.queued(self.name, produced - self._fetched_at)
+            on_delivery = partial(self._observed, state, tracker, offset, size, produced, timestamp)
+        refreshed = False
+        while True:
+            try:
+                self._producer.produce(
+                    state.task.destination_topic,
+                    value,
+                    key,
+                    partition=state.task.partition,
+                    on_delivery=on_delivery,
+                    # LogAppendTime of the source becomes the record's CreateTime.
+                    timestamp=timestamp,
+                    headers=message.headers(),
+                )
+            except BufferError:
+                return False
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.code() == KafkaError._UNKNOWN_PARTITION and not refreshed:
+                    # The destination grew moments ago (the copier grows it before
+                    # assigning the partition) and the producer's metadata predates that.
+                    refreshed = True
+                    self._producer.list_topics(state.task.destination_topic, timeout=10)
                     continue
-                except KafkaException as exc:
-                    error = exc.args[0]
-                    if error.code() == KafkaError._UNKNOWN_PARTITION and not refreshed:
-                        # The destination grew moments ago (the copier grows it before
-                        # assigning the partition) and the producer's metadata predates that.
-                        refreshed = True
-                        self._producer.list_topics(state.task.destination_topic, timeout=10)
-                        continue
-                    self._fail(state, self._produce_failure(state, error))
-                    break
-                tracker.sent(offset)
-                break
+                self._fail(state, self._produce_failure(state, error))
+                return True
+            tracker.sent(offset, source_gap=source_gap)
+            return True
+
+    def _unexpected_gap(self, state: PartitionState, detail: str) -> None:
+        log.error("partition %s: %s; resending from the checkpoint", state.task, detail)
+        if self._observer is not None:
+            self._observer.offset_gap(GAP_UNEXPECTED)
+        self._begin_rewind(state, 0.0)
+
+    def _begin_rewind(self, state: PartitionState, backoff_s: float) -> None:
+        """Stop fetching the partition; once nothing is in flight, resend from its checkpoint."""
+        state.rewind_at = time.monotonic() + backoff_s
+        key = (state.task.topic, state.task.partition)
+        self._purge(key)
+        if key in self._assigned and not self._closed:
+            self._consumer.pause([state.tp])
 
     def _observed(
         self,
@@ -495,19 +482,29 @@ class RecordPipeline:
             state.bytes += size
             state.last_progress = time.time()
             return
-        tracker.failed(offset)
+        tracker.failed(offset)  # pins the checkpoint, whoever copies the partition now
         if delivery_error_is_permanent(error):
             self._fail(state, self._produce_failure(state, error))
-        elif state.rewind_at is None and state.error is None:
+            return
+        # Only the partition's current stream in this pipeline is rewound: a late report for a
+        # partition released or moved since must not pause whoever copies it now (the failed
+        # record already pins the checkpoint its next owner starts from).
+        key = (state.task.topic, state.task.partition)
+        if self._states.get(key) is not state or state.tracker is not tracker:
+            return
+        if state.rewind_at is None and state.error is None:
             log.warning("partition %s: delivery failed (%s), resending from checkpoint", state.task, error)
-            state.rewind_at = time.monotonic() + REWIND_BACKOFF_S
-            if (state.task.topic, state.task.partition) in self._assigned:
-                self._consumer.pause([state.tp])
+            self._begin_rewind(state, REWIND_BACKOFF_S)
 
     @staticmethod
     def _produce_failure(state: PartitionState, error: KafkaError) -> str:
         task = state.task
-        if error.code() in DESTINATION_GONE:
+        if error.code() in {
+            KafkaError.UNKNOWN_TOPIC_OR_PART,
+            KafkaError.UNKNOWN_TOPIC_ID,
+            KafkaError._UNKNOWN_TOPIC,
+            KafkaError._UNKNOWN_PARTITION,
+        }:
             return (
                 f"destination {task.destination_topic}/{task.partition} does not exist "
                 f"(deleted?): {describe_error(error)}"
@@ -524,6 +521,7 @@ class RecordPipeline:
             state.rewind_at = None
             state.rewinds += 1
             if state.error is None and state.fetching:
+                self._reposition(key, position)
                 self._consumer.seek(TopicPartition(key[0], key[1], position))
                 self._consumer.resume([state.tp])
 
@@ -534,8 +532,12 @@ class RecordPipeline:
             self._fail(state, f"source: {describe_error(error)}")
         elif error.code() == KafkaError._AUTO_OFFSET_RESET:
             log.warning("pipeline %s: checkpoint out of range, reset to earliest: %s", self.name, error)
+            if state is not None:
+                self._reset.add((state.task.topic, state.task.partition))
         else:
             log.info("pipeline %s: fetch error: %s", self.name, error)
+
+    # -- watermarks ----------------------------------------------------------------------------
 
     def _refresh_watermarks(self) -> None:
         now = time.monotonic()
@@ -553,7 +555,9 @@ class RecordPipeline:
             tracker = state.tracker
             if tracker is not None and not tracker.pending and state.fetching and state.rewind_at is None:
                 idle.append(state)
-        if idle:
+        # The consumer's position is past every record in the backlog: only with nothing left
+        # to produce does it say where the source has no more records.
+        if idle and not self._backlog:
             self._skip_non_records(idle)
 
     def _skip_non_records(self, idle: list[PartitionState]) -> None:
@@ -561,8 +565,14 @@ class RecordPipeline:
         # so a checkpoint built from copied records stops just before them and the partition
         # would show a lag of one forever. The consumer's position is past every offset it has
         # handed over, and every record it handed over for these partitions was sent and
-        # acknowledged (nothing pending, not rewinding), so the checkpoint may move up to it.
+        # acknowledged (nothing pending, not rewinding, nothing left unproduced), so the
+        # checkpoint may move up to it. This relies on librdkafka >= 1.9 resetting the
+        # application position on seek(): after a rewind, position() is the rewind offset, not
+        # the offset the consumer had reached before it.
         for tp in self._consumer.position([s.tp for s in idle]):
-            state = self._states.get((tp.topic, tp.partition))
-            if state is not None and state.tracker is not None and tp.error is None and tp.offset >= 0:
-                state.tracker.skip_to(tp.offset)
+            key = (tp.topic, tp.partition)
+            state = self._states.get(key)
+            if state is None or state.tracker is None or tp.error is not None or tp.offset < 0:
+                continue
+            if state.tracker.skip_to(tp.offset):
+                self._stream[key] = max(self._stream.get(key, 0), tp.offset)
