@@ -419,5 +419,6 @@ def test_random_interleavings_never_lose_a_record(seed: int) -> None:
     for p, log in logs.items():
         assert_complete(rig.copied(p), log)
         # Checkpoints land one past the last record (sources gaps at the end are skipped too).
-        assert states[p].checkpoint is not None and states[p].checkpoint >= log[-1] + 1
+        checkpoint = states[p].checkpoint
+        assert checkpoint is not None and checkpoint >= log[-1] + 1
     assert GAP_UNEXPECTED not in rig.observer.gaps
