@@ -18,6 +18,7 @@ from collections.abc import Callable
 from strait.config import StraitConfig
 from strait.controller.assignment import assign
 from strait.controller.discovery import MetadataUnavailable, SourceMetadata, plan_topic_updates
+from strait.controller.fencer import Fencer, park_until_fenced
 from strait.controller.handover import plan_handover
 from strait.controller.invariants import violations
 from strait.controller.rates import RateTracker
@@ -57,6 +58,8 @@ class Controller:
         self._targets: dict[PartitionKey, str] = {}
         self._rates = RateTracker()
         self.cycles = 0
+        exactly_once = {r.name: config.clusters[r.destination] for r in config.routes if r.delivery == "exactly-once"}
+        self.fencer = Fencer(exactly_once, self.wake) if exactly_once else None
 
     @property
     def leading(self) -> bool:
@@ -184,6 +187,10 @@ class Controller:
                     desired, written, holding, steering.avoid, assignable, steering.hung
                 )
         plan = plan_handover(desired, handover_from, holding)
+        parked = 0
+        if self.fencer is not None:
+            self.fencer.forget(live)
+            plan, parked = park_until_fenced(plan, written, handover_from, set(live), self.fencer)
         self._targets = dict(desired)
         if dict(plan) != dict(written):
             if self.store.write_assignment(plan, snapshot.assignment.version):
@@ -196,4 +203,4 @@ class Controller:
                 )
             else:
                 self.wake()  # lost a race: decide again from a fresh snapshot
-        return any(owner is None for owner in plan.values())
+        return parked > 0 or any(owner is None for owner in plan.values())

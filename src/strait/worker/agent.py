@@ -74,15 +74,22 @@ def copier_factory(config: StraitConfig, worker_id: str, metrics: WorkerMetrics 
     def make(route: RouteConfig) -> RouteCopier:
         from strait.worker.copier import Copier
 
+        source, destination = config.clusters[route.source], config.clusters[route.destination]
+        extra: dict[str, Any] = {}
+        if route.delivery == "exactly-once":
+            from strait.worker.exactly_once import exactly_once_parts
+
+            extra = exactly_once_parts(route, source=source, destination=destination, worker_id=worker_id)
         copier = Copier(
             route=route.name,
-            source=config.clusters[route.source],
-            destination=config.clusters[route.destination],
+            source=source,
+            destination=destination,
             group_id=checkpoint_group(route.name),
             worker_id=worker_id,
             replication_factor=route.replication_factor,
             commit_interval_s=config.worker.commit_interval_s,
             observer=None if metrics is None else metrics.route(route.name),
+            **extra,
         )
         if metrics is not None:
             metrics.track(route.name, copier)

@@ -471,7 +471,8 @@ class Copier:
             entry.phase = "running"
             return
         # Nothing of the partition is in flight: the checkpoint is the exact resume point.
-        entry.target.add(state, state.tracker.position)
+        checkpoint = state.checkpoint
+        entry.target.add(state, state.tracker.position if checkpoint is None else checkpoint)
         entry.pipeline, entry.target, entry.released = entry.target, None, None
         entry.phase = "running"
         entry.since = now
@@ -575,8 +576,8 @@ class Copier:
             tracker = state.tracker
             if tracker is None or entry.abandoned:
                 continue
-            checkpoint = tracker.position
-            if checkpoint == state.committed:
+            checkpoint = state.checkpoint
+            if checkpoint is None or checkpoint == state.committed:
                 continue
             # Every commit path goes through here: refuse, count and report rather than commit
             # a checkpoint that breaks its promise (the acknowledged position is re-read, so a

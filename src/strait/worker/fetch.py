@@ -431,10 +431,14 @@ class RecordPipeline:
                     refreshed = True
                     self._producer.list_topics(state.task.destination_topic, timeout=10)
                     continue
-                self._fail(state, self._produce_failure(state, error))
+                self._produce_error(state, error)
                 return True
             tracker.sent(offset, source_gap=source_gap)
             return True
+
+    def _produce_error(self, state: PartitionState, error: KafkaError) -> None:
+        """The producer refused a record outright (not a delivery failure): stop the partition."""
+        self._fail(state, self._produce_failure(state, error))
 
     def _unexpected_gap(self, state: PartitionState, detail: str) -> None:
         log.error("partition %s: %s; resending from the checkpoint", state.task, detail)

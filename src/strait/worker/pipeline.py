@@ -98,6 +98,10 @@ class PartitionState:
         self.rewind_at: float | None = None
         self.rewinds = 0
         self.skipped = 0
+        # Exactly-once pipelines only: the end of the records whose transaction committed.
+        # Acknowledged records of an open transaction may still be aborted, so the checkpoint
+        # is this, not the tracker's acknowledged position.
+        self.durable: int | None = None
 
     @property
     def failed(self) -> bool:
@@ -107,7 +111,9 @@ class PartitionState:
     @property
     def checkpoint(self) -> int | None:
         """The offset to resume from without loss, once copying has started."""
-        return None if self.tracker is None else self.tracker.position
+        if self.tracker is None:
+            return None
+        return self.tracker.position if self.durable is None else min(self.durable, self.tracker.position)
 
     @property
     def lag(self) -> int | None:

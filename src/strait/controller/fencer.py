@@ -1,0 +1,138 @@
+"""Fencing the last writer of exactly-once partitions before anyone else may write them.
+
+A worker whose ZooKeeper session ended (or that healing gave up on) may still be alive: frozen,
+cut off, about to wake up with records and an open transaction. Before the leader hands such a
+worker's exactly-once partitions to a new owner, it bumps the epoch of that worker's
+transactional ids on the destination (:func:`strait.fencing.fence`): the old producer's open
+transaction is aborted and every later write of it fails. Until that succeeded, the partitions
+stay written to their last owner (so a new leader, reading the same assignment, fences again);
+fencing runs on its own threads, so the control loop never waits for a slow destination.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from strait.coordination.model import PartitionKey
+from strait.fencing import fence, worker_transactional_ids
+
+log = logging.getLogger(__name__)
+
+FENCE_TIMEOUT_S = 15.0
+RETRY_MIN_S = 1.0
+RETRY_MAX_S = 30.0
+
+FenceFunction = Callable[[Mapping[str, Any], Iterable[str], float], None]
+
+
+class Fencer:
+    """Fences (worker, route) pairs in the background; :meth:`fenced` says when one is done.
+
+    ``destinations`` maps each exactly-once route to its destination cluster's properties.
+    ``wake`` is called when a fence finishes, so the loop publishes the new owners at once.
+    """
+
+    def __init__(
+        self,
+        destinations: Mapping[str, Mapping[str, Any]],
+        wake: Callable[[], None],
+        *,
+        fence_fn: FenceFunction = fence,
+    ) -> None:
+        self._destinations = dict(destinations)
+        self._wake = wake
+        self._fence = fence_fn
+        self._lock = threading.Lock()
+        self._done: set[tuple[str, str]] = set()
+        self._running: dict[tuple[str, str], Future[None]] = {}
+        self._retry: dict[tuple[str, str], tuple[float, float]] = {}  # (next attempt, backoff)
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="strait-fencer")
+        self.failures = 0
+
+    @property
+    def routes(self) -> frozenset[str]:
+        """The routes whose partitions need fencing before they move."""
+        return frozenset(self._destinations)
+
+    def fenced(self, worker: str, route: str) -> bool:
+        """True once ``worker`` can write nothing more on ``route``; starts fencing it if needed."""
+        pair = (worker, route)
+        with self._lock:
+            if pair in self._done:
+                return True
+            if pair in self._running:
+                return False
+            next_attempt, _ = self._retry.get(pair, (0.0, RETRY_MIN_S))
+            if time.monotonic() < next_attempt:
+                return False
+            self._running[pair] = self._pool.submit(self._run, pair)
+        return False
+
+    def forget(self, live_workers: Iterable[str]) -> None:
+        """A worker that is live again may own partitions again: a later death needs a new fence."""
+        live = set(live_workers)
+        with self._lock:
+            self._done = {pair for pair in self._done if pair[0] not in live}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self, pair: tuple[str, str]) -> None:
+        worker, route = pair
+        ids = worker_transactional_ids([route], worker)
+        try:
+            self._fence(self._destinations[route], ids, FENCE_TIMEOUT_S)
+        except Exception as exc:  # any failure (FenceError or else) means: not fenced, try again
+            with self._lock:
+                _, backoff = self._retry.get(pair, (0.0, RETRY_MIN_S))
+                self._retry[pair] = (time.monotonic() + backoff, min(RETRY_MAX_S, backoff * 2))
+                self._running.pop(pair, None)
+                self.failures += 1
+            log.error(
+                "route %s: cannot fence worker %s yet, its partitions wait (retry in %.0fs): %s",
+                route,
+                worker,
+                backoff,
+                exc,
+            )
+            return
+        with self._lock:
+            self._done.add(pair)
+            self._retry.pop(pair, None)
+            self._running.pop(pair, None)
+        log.info("route %s: worker %s fenced; its partitions can move", route, worker)
+        self._wake()
+
+
+def park_until_fenced(
+    plan: Mapping[PartitionKey, str | None],
+    written: Mapping[PartitionKey, str | None],
+    trusted_from: Mapping[PartitionKey, str | None],
+    live: set[str],
+    fencer: Fencer,
+) -> tuple[dict[PartitionKey, str | None], int]:
+    """Keep exactly-once partitions with their last writer until that writer is fenced.
+
+    A partition needs a fence when it moves away from a writer the loop no longer trusts to have
+    let go: one that is not live, or whose claim healing voided (``trusted_from`` no longer names
+    it). Such partitions stay written to the old writer meanwhile. Returns the plan and how many
+    partitions are parked.
+    """
+    routes = fencer.routes
+    result = dict(plan)
+    parked = 0
+    for key, target in plan.items():
+        previous = written.get(key)
+        if previous is None or previous == target or key.route not in routes:
+            continue
+        if previous in live and trusted_from.get(key) == previous:
+            continue  # a clean hand-over: the old owner commits its transaction when it revokes
+        if not fencer.fenced(previous, key.route):
+            result[key] = previous
+            parked += 1
+    return result, parked

@@ -1,0 +1,315 @@
+"""The exactly-once pipeline: records and their checkpoints commit or abort together.
+
+Same fetch loop as :class:`strait.worker.fetch.RecordPipeline` (the same backlog, gap rule and
+release protocol), with a transactional producer on the destination. Every
+``transaction_interval_s`` (or sooner, after ``transaction_max_bytes``, or when a partition is
+released) the open transaction is flushed, the source offsets it covers are added to it with
+``send_offsets_to_transaction`` (group ``strait.<route>`` on the destination), and it commits:
+records and checkpoints become visible to ``read_committed`` readers at once, or not at all.
+
+- A failed record or an abortable error aborts the transaction; every partition in it goes
+  back to its last committed checkpoint (:attr:`PartitionState.durable`) and is fetched again.
+- A fatal error (``_FENCED``: the controller fenced this worker after its ZooKeeper session
+  ended, or the same worker id started elsewhere) stops the pipeline's partitions for good;
+  the producer is re-created (a new epoch) only when a partition is added again, which only
+  happens after a fresh assignment.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
+from strait import clients
+from strait.worker.checkpoint import AckTracker
+from strait.worker.fetch import Key, RecordPipeline
+from strait.worker.pipeline import PartitionState, delivery_error_is_permanent, describe_error
+from strait.worker.transactional_checkpoints import group_metadata, transaction_offsets
+
+log = logging.getLogger(__name__)
+
+TRANSACTION_TIMEOUT_S = 30.0
+# The producer is done for: produce() reports a fatal state as _FATAL without the fatal flag.
+FATAL_CODES = frozenset({KafkaError._FENCED, KafkaError._FATAL, KafkaError.PRODUCER_FENCED})
+
+
+class TransactionalPipeline(RecordPipeline):
+    """Copies records inside destination transactions that also carry their checkpoints."""
+
+    def __init__(
+        self,
+        *,
+        transactional_id: Callable[[str], str],
+        checkpoint_group: str,
+        transaction_interval_s: float = 0.1,
+        transaction_max_bytes: int = 16 * 1024 * 1024,
+        **kwargs: Any,
+    ) -> None:
+        self._transactional_id = transactional_id(kwargs["name"])
+        self._checkpoint_group = checkpoint_group
+        self._interval_s = transaction_interval_s
+        self._max_bytes = transaction_max_bytes
+        self._destination_props: Mapping[str, Any] = kwargs["destination"]
+        self._metadata: Any = None
+        self._initialised = False
+        self._fenced: str | None = None
+        # Partitions with records or a checkpoint in the open transaction.
+        self._in_txn: dict[Key, PartitionState] = {}
+        self._txn_open = False
+        self._txn_started = 0.0
+        self._txn_bytes = 0
+        self._commit_soon = False
+        self._abort_needed = False
+        super().__init__(**kwargs)
+
+    # -- clients -------------------------------------------------------------------------------
+
+    def _make_producer(self, destination: Mapping[str, Any]) -> Any:
+        settings = self._producer_settings(destination)
+        settings["transactional.id"] = self._transactional_id
+        # librdkafka requires message.timeout.ms <= transaction.timeout.ms.
+        timeout_ms = int(TRANSACTION_TIMEOUT_S * 1000)
+        settings["transaction.timeout.ms"] = timeout_ms
+        settings["message.timeout.ms"] = min(int(settings.get("message.timeout.ms", timeout_ms)), timeout_ms)
+        return clients.producer(destination, **settings)
+
+    def _initialise(self) -> None:
+        """Take the transactional id over: aborts what an earlier incarnation left open."""
+        if self._metadata is None:
+            self._metadata = group_metadata(self._destination_props, self._checkpoint_group)
+        self._producer.init_transactions(TRANSACTION_TIMEOUT_S)
+        self._initialised = True
+        log.info("pipeline %s: transactional id %s ready", self.name, self._transactional_id)
+
+    # -- loop hooks ----------------------------------------------------------------------------
+
+    def _step(self) -> None:
+        if self._fenced is not None:
+            # Nothing may be written any more: serve releases (they complete at once) and wait
+            # for a fresh assignment to add a partition again.
+            self._run_commands()
+            self._finish_releases()
+            time.sleep(0.05)
+            return
+        if not self._initialised:
+            try:
+                self._initialise()
+            except KafkaException as exc:
+                self._on_transaction_error(exc.args[0], "initialising")
+                return
+        try:
+            super()._step()
+        except KafkaException as exc:
+            # A transactional producer raises its fatal errors (fenced) from poll() as well.
+            self._on_transaction_error(exc.args[0], "serving acknowledgements")
+        except SystemError as exc:
+            # confluent-kafka wraps that error in SystemError when a delivery callback ran in
+            # the same poll() or flush().
+            if not isinstance(exc.__cause__, KafkaException):
+                raise
+            self._on_transaction_error(exc.__cause__.args[0], "serving acknowledgements")
+
+    def _add(self, state: PartitionState, offset: int) -> None:
+        if self._fenced is not None:
+            # Added again after being fenced: only a fresh assignment does that, so this worker
+            # owns the partition again and may take its transactional id back.
+            log.warning("pipeline %s: re-creating the producer fenced earlier (%s)", self.name, self._fenced)
+            self._producer = self._make_producer(self._destination_props)
+            self._fenced = None
+            self._initialised = False
+            self._txn_open = False
+            self._in_txn.clear()
+        super()._add(state, offset)
+        # The start offset becomes the durable checkpoint in the next transaction, so that a
+        # later owner resolves `latest` or `earliest` no more.
+        state.durable = offset
+        self._in_txn[(state.task.topic, state.task.partition)] = state
+        self._commit_soon = True
+
+    def _release(self, state: PartitionState, done: Any) -> None:
+        if (state.task.topic, state.task.partition) in self._in_txn:
+            self._commit_soon = True  # a released partition ends with a committed transaction
+        super()._release(state, done)
+
+    def _released(self, state: PartitionState) -> bool:
+        if self._fenced is not None:
+            return True
+        key = (state.task.topic, state.task.partition)
+        return super()._released(state) and self._in_txn.get(key) is not state
+
+    def _produce(
+        self, state: PartitionState, tracker: AckTracker, message: Message, offset: int, *, source_gap: bool
+    ) -> bool:
+        if self._abort_needed:
+            return False  # nothing more goes into a transaction that will be aborted
+        if not self._txn_open:
+            try:
+                self._producer.begin_transaction()
+            except KafkaException as exc:
+                self._on_transaction_error(exc.args[0], "beginning a transaction")
+                return True
+            self._txn_open = True
+            self._txn_started = time.monotonic()
+            self._txn_bytes = 0
+        if not super()._produce(state, tracker, message, offset, source_gap=source_gap):
+            return False
+        value, key = message.value(), message.key()
+        self._txn_bytes += (len(value) if value else 0) + (len(key) if key else 0)
+        self._in_txn[(state.task.topic, state.task.partition)] = state
+        return True
+
+    def _begin_rewind(self, state: PartitionState, backoff_s: float) -> None:
+        # Records after the rewind point may already sit acknowledged in the open transaction:
+        # resending them inside it would duplicate them. Abort, and start over from the
+        # committed checkpoints.
+        self._abort_needed = True
+
+    def _delivered(
+        self,
+        state: PartitionState,
+        tracker: AckTracker,
+        offset: int,
+        size: int,
+        error: KafkaError | None,
+        message: Message,
+    ) -> None:
+        if error is None:
+            super()._delivered(state, tracker, offset, size, error, message)
+            return
+        tracker.failed(offset)
+        if state.tracker is not tracker or self._fenced is not None:
+            return  # a record of a transaction already aborted, or of a fenced producer
+        if error.fatal() or error.code() in FATAL_CODES:
+            self._fence(describe_error(error))
+            return
+        if delivery_error_is_permanent(error) and error.code() != KafkaError._PURGE_QUEUE:
+            self._fail(state, self._produce_failure(state, error))
+        if not self._abort_needed:
+            log.warning("partition %s: delivery failed (%s); aborting the transaction", state.task, error)
+            self._abort_needed = True
+
+    def _produce_error(self, state: PartitionState, error: KafkaError) -> None:
+        if error.fatal() or error.code() in FATAL_CODES:
+            self._fence(f"{describe_error(error)} while producing")
+        elif error.txn_requires_abort():
+            self._abort_needed = True
+        else:
+            super()._produce_error(state, error)
+
+    def _after_poll(self) -> None:
+        now = time.monotonic()
+        if self._abort_needed:
+            self._abort("a record failed")
+            return
+        if self._txn_open:
+            due = self._commit_soon or now - self._txn_started >= self._interval_s or self._txn_bytes >= self._max_bytes
+        else:
+            due = self._commit_soon or (now - self._txn_started >= self._interval_s and self._moved_without_records())
+        if due:
+            self._commit()
+
+    def _moved_without_records(self) -> bool:
+        """Checkpoints that moved over offsets holding no record (transaction markers)."""
+        moved = False
+        for key, state in self._states.items():
+            tracker = state.tracker
+            durable = state.durable
+            if tracker is not None and not tracker.pending and durable is not None and tracker.position > durable:
+                self._in_txn[key] = state
+                moved = True
+        if not moved:
+            self._txn_started = time.monotonic()  # look again one interval later
+        return moved
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def _commit(self) -> None:
+        self._commit_soon = False
+        if not self._in_txn and not self._txn_open:
+            return
+        try:
+            if not self._txn_open:
+                self._producer.begin_transaction()
+                self._txn_open = True
+            # Every record of the transaction acknowledged (or failed) first: the offsets sent
+            # with it must be exactly the end of what it holds.
+            try:
+                self._producer.flush(TRANSACTION_TIMEOUT_S)
+            except SystemError as exc:  # see _step
+                if isinstance(exc.__cause__, KafkaException):
+                    raise exc.__cause__ from None
+                raise
+            if self._abort_needed or any(
+                s.tracker is None or s.tracker.in_flight or s.tracker.blocked for s in self._in_txn.values()
+            ):
+                self._abort("records of the transaction were not acknowledged")
+                return
+            offsets = {s.task: s.tracker.position for s in self._in_txn.values() if s.tracker is not None}
+            self._producer.send_offsets_to_transaction(
+                transaction_offsets(offsets), self._metadata, TRANSACTION_TIMEOUT_S
+            )
+            self._producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+        except KafkaException as exc:
+            self._on_transaction_error(exc.args[0], "committing")
+            return
+        self._txn_open = False
+        self._txn_started = time.monotonic()
+        for state in self._in_txn.values():
+            if state.task in offsets:
+                state.durable = offsets[state.task]
+        self._in_txn.clear()
+
+    def _abort(self, reason: str) -> None:
+        log.warning("pipeline %s: aborting the transaction (%s); resending from the checkpoints", self.name, reason)
+        self._abort_needed = False
+        if self._txn_open:
+            try:
+                self._producer.abort_transaction(TRANSACTION_TIMEOUT_S)
+            except KafkaException as exc:
+                self._on_transaction_error(exc.args[0], "aborting")
+                return
+        self._txn_open = False
+        self._txn_started = time.monotonic()
+        for key, state in list(self._in_txn.items()):
+            self._restart_from_durable(key, state)
+        self._in_txn.clear()
+
+    def _restart_from_durable(self, key: Key, state: PartitionState) -> None:
+        """Forget everything after the last committed checkpoint and fetch from there again."""
+        durable = state.durable if state.durable is not None else (state.tracker.position if state.tracker else 0)
+        state.tracker = AckTracker(durable)
+        state.rewinds += 1
+        state.rewind_at = None
+        if self._states.get(key) is state and state.fetching:
+            self._reposition(key, durable)
+            self._consumer.seek(TopicPartition(key[0], key[1], durable))
+            self._consumer.resume([state.tp])
+
+    def _on_transaction_error(self, error: KafkaError, doing: str) -> None:
+        if error.fatal() or error.code() in FATAL_CODES:
+            self._fence(f"{describe_error(error)} while {doing}")
+        elif error.txn_requires_abort():
+            self._abort(f"{describe_error(error)} while {doing}")
+        else:
+            # Retriable (a timeout): the same call is tried again on the next turn.
+            log.warning("pipeline %s: %s while %s; trying again", self.name, describe_error(error), doing)
+            self._commit_soon = True
+
+    def _fence(self, reason: str) -> None:
+        log.error("pipeline %s: producer %s can write no more: %s", self.name, self._transactional_id, reason)
+        self._fenced = reason
+        for state in {*self._states.values(), *self._in_txn.values()}:
+            self._fail(state, f"fenced: {reason}")
+        self._in_txn.clear()
+        self._backlog.clear()
+        self._txn_open = False
+        self._finish_releases()
+
+    def _flush_on_stop(self, timeout_s: float) -> int:
+        if self._fenced is None and self._initialised:
+            self._commit()
+        return 0

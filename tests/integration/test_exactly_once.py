@@ -1,0 +1,201 @@
+"""Exactly-once routes against real clusters: records and checkpoints commit together.
+
+The destination is read with ``read_committed``, as an exactly-once consumer would: every
+source record must be there exactly once, in order, including across a fenced (zombie) owner
+whose partitions a second worker took over.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+from strait import clients
+from strait.config import RouteConfig
+from strait.demo import Generator, create_topic, wait_until
+from strait.fencing import PIPELINES, fence, transactional_id
+from strait.sandbox import Sandbox
+from strait.worker.copier import Copier
+from strait.worker.exactly_once import exactly_once_parts
+from strait.worker.task import PartitionTask
+from strait.worker.transactional_checkpoints import destination_group
+from tests.integration.faults import fleets, owners
+
+pytestmark = pytest.mark.integration
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _create(props: dict[str, str], topic: str, partitions: int) -> None:
+    admin = clients.admin(props)
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=30)
+
+
+def _produce(props: dict[str, str], topic: str, partitions: int, first: int, count: int) -> None:
+    producer = clients.producer(props, **{"linger.ms": 5})
+    for seq in range(first, first + count):
+        for partition in range(partitions):
+            while True:
+                try:
+                    producer.produce(topic, f"{partition}:{seq}".encode(), partition=partition)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+    assert producer.flush(60) == 0
+
+
+def _read_committed(props: dict[str, str], topic: str, partitions: int, idle_s: float = 4.0) -> dict[int, list[int]]:
+    consumer = clients.consumer(
+        props, **{"group.id": _name("verify"), "isolation.level": "read_committed", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    seqs: dict[int, list[int]] = {p: [] for p in range(partitions)}
+    last = time.monotonic()
+    try:
+        while time.monotonic() - last < idle_s:
+            for msg in consumer.consume(5000, 0.5):
+                if msg.error() is None:
+                    part, seq = (msg.value() or b"").split(b":")[:2]
+                    seqs[int(part)].append(int(seq))
+                    last = time.monotonic()
+    finally:
+        consumer.close()
+    return seqs
+
+
+@pytest.fixture
+def make_copier(sandbox: Sandbox) -> Iterator[Callable[..., Copier]]:
+    made: list[Copier] = []
+
+    def make(route: str, worker_id: str) -> Copier:
+        src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+        config = RouteConfig(name=route, source="src", destination="dst", delivery="exactly-once")
+        copier = Copier(
+            route=route,
+            source=src,
+            destination=dst,
+            group_id=f"strait-{route}",
+            worker_id=worker_id,
+            commit_interval_s=0.5,
+            **exactly_once_parts(config, source=src, destination=dst, worker_id=worker_id),
+        )
+        copier.start()
+        made.append(copier)
+        return copier
+
+    yield make
+    for copier in made:
+        copier.stop(drain=False, timeout_s=5)
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _checkpoints(copier: Copier, tasks: list[PartitionTask]) -> list[Any]:
+    stats = copier.stats()
+    return [stats[t].checkpoint if t in stats else None for t in tasks]
+
+
+def test_exactly_once_copy_commits_records_and_checkpoints_together(
+    sandbox: Sandbox, make_copier: Callable[..., Copier]
+) -> None:
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    route, topic, partitions, count = _name("eos"), _name("eos-copy"), 3, 3000
+    _create(src, topic, partitions)
+    _produce(src, topic, partitions, 0, count)
+    copier = make_copier(route, "w1")
+    tasks = [PartitionTask(route, topic, p, topic) for p in range(partitions)]
+    copier.assign(tasks)
+    _wait(lambda: _checkpoints(copier, tasks) == [count] * partitions, 90, "checkpoints at the end")
+    seqs = _read_committed(dst, topic, partitions)
+    assert all(seqs[p] == list(range(count)) for p in range(partitions)), {p: len(s) for p, s in seqs.items()}
+    # The checkpoints live in the destination group, committed by the same transactions.
+    consumer = clients.consumer(dst, **{"group.id": destination_group(route), "isolation.level": "read_committed"})
+    committed = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
+    consumer.close()
+    assert [tp.offset for tp in committed] == [count] * partitions
+
+
+def test_a_fenced_owner_writes_nothing_more_and_its_successor_copies_exactly_once(
+    sandbox: Sandbox, make_copier: Callable[..., Copier]
+) -> None:
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    route, topic, partitions = _name("eosz"), _name("eos-zombie"), 2
+    _create(src, topic, partitions)
+    _produce(src, topic, partitions, 0, 2000)
+    zombie = make_copier(route, "w1")
+    tasks = [PartitionTask(route, topic, p, topic) for p in range(partitions)]
+    zombie.assign(tasks)
+    _wait(lambda: all(c is not None and c > 0 for c in _checkpoints(zombie, tasks)), 60, "the first owner copying")
+    # What the controller does when a worker's session ends: fence its transactional ids.
+    fence(dst, [transactional_id(route, "w1", p) for p in PIPELINES], timeout_s=30)
+    _produce(src, topic, partitions, 2000, 2000)  # more records: the zombie must copy none of them
+    _wait(lambda: all(s.state.startswith("failed:fenced") for s in zombie.stats().values()), 30, "the zombie fenced")
+    frozen = {t: s.records for t, s in zombie.stats().items()}
+    successor = make_copier(route, "w2")
+    successor.assign(tasks)
+    _wait(lambda: _checkpoints(successor, tasks) == [4000] * partitions, 90, "the successor at the end")
+    assert {t: s.records for t, s in zombie.stats().items()} == frozen, "the fenced owner kept writing"
+    seqs = _read_committed(dst, topic, partitions)
+    for p in range(partitions):
+        assert seqs[p] == list(range(4000)), f"partition {p}: {len(seqs[p])} records, {len(set(seqs[p]))} distinct"
+
+
+def test_a_frozen_worker_past_its_session_is_fenced_and_nothing_is_copied_twice(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """The zombie of issue 9: w1 is frozen (SIGSTOP) past its session with transactions open,
+    the leader fences it and gives its partitions to w2, then w1 wakes up. A read_committed
+    reader of the destination sees every record exactly once."""
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    topic, partitions = _name("eos-frozen"), 4
+    create_topic(src, topic, partitions)
+    with fleets(sandbox, tmp_path) as make:
+        fleet = make(session_timeout_s=3.0, route={"delivery": "exactly-once"})
+        fleet.start_controller("c1")
+        fleet.start_worker("w1")
+        fleet.start_worker("w2")
+        assert wait_until(lambda: fleet.workers_in_state("active") == {"w1", "w2"}, 60)
+        generator = Generator(src, rate_per_partition=50)
+        generator.add(topic, partitions)
+        generator.start()
+        try:
+            fleet.api().add_topic(topic)
+            assert wait_until(lambda: set(owners(fleet, topic).values()) == {"w1", "w2"}, 60)
+            time.sleep(3)
+            fleet.signal("w1", signal.SIGSTOP)
+            try:
+                assert wait_until(lambda: "w1" not in set(owners(fleet, topic).values()), 60, interval_s=0.2)
+                time.sleep(3)  # w2 copies past where w1 froze
+            finally:
+                fleet.signal("w1", signal.SIGCONT)
+            assert wait_until(lambda: "w1" in fleet.workers_in_state("active"), 60)
+            time.sleep(3)
+        finally:
+            generator.stop()
+        produced = generator.produced(topic)
+        assert wait_until(
+            lambda: all(len(v) >= produced[p] for p, v in _read_committed(dst, topic, partitions, 1.0).items()),
+            90,
+            interval_s=1.0,
+        )
+        seqs = _read_committed(dst, topic, partitions)
+    for p in range(partitions):
+        lost = produced[p] - len(set(seqs[p]))
+        duplicates = len(seqs[p]) - len(set(seqs[p]))
+        assert (lost, duplicates) == (0, 0), f"partition {p}: {lost} lost, {duplicates} duplicates"
+        assert seqs[p] == list(range(produced[p])), f"partition {p}: out of order"

@@ -1,0 +1,78 @@
+"""The leader parks exactly-once partitions with their last writer until that writer is fenced."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from strait.controller.fencer import Fencer, park_until_fenced
+from strait.coordination.model import PartitionKey
+from strait.fencing import FenceError
+
+EOS, ALO = "eos", "alo"
+
+
+class FakeFence:
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.fail = False
+        self.done = threading.Event()
+
+    def __call__(self, props: Mapping[str, Any], ids: Iterable[str], timeout_s: float) -> None:
+        self.calls.append(list(ids))
+        self.done.set()
+        if self.fail:
+            raise FenceError({"x": "unreachable"})
+
+
+def _settle(fencer: Fencer, worker: str, route: str, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if fencer.fenced(worker, route):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_a_dead_writers_exactly_once_partitions_wait_for_the_fence_others_move_at_once() -> None:
+    fake = FakeFence()
+    woken = threading.Event()
+    fencer = Fencer({EOS: {"bootstrap.servers": "x"}}, woken.set, fence_fn=fake)
+    eos, alo, clean = PartitionKey(EOS, "t", 0), PartitionKey(ALO, "t", 0), PartitionKey(EOS, "t", 1)
+    written = {eos: "w1", alo: "w1", clean: "w3"}
+    plan = {eos: "w2", alo: "w2", clean: "w2"}
+    # w1 is dead; w3 is live and hands `clean` over itself (it still claims it).
+    result, parked = park_until_fenced(plan, written, {eos: "w1", alo: "w1", clean: "w3"}, {"w2", "w3"}, fencer)
+    assert result == {eos: "w1", alo: "w2", clean: "w2"} and parked == 1
+    assert fake.done.wait(5) and woken.wait(5)
+    assert fake.calls == [["strait.eos.w1.realtime", "strait.eos.w1.catchup"]]
+    result, parked = park_until_fenced(plan, written, {eos: "w1", alo: "w1", clean: "w3"}, {"w2", "w3"}, fencer)
+    assert result == plan and parked == 0
+
+
+def test_a_failed_fence_keeps_the_partition_parked_and_is_retried() -> None:
+    fake = FakeFence()
+    fake.fail = True
+    fencer = Fencer({EOS: {}}, lambda: None, fence_fn=fake)
+    key = PartitionKey(EOS, "t", 0)
+    for _ in range(3):
+        result, parked = park_until_fenced({key: "w2"}, {key: "w1"}, {key: "w1"}, {"w2"}, fencer)
+        assert result == {key: "w1"} and parked == 1
+        time.sleep(0.1)
+    assert fencer.failures >= 1
+    fake.fail = False
+    assert _settle(fencer, "w1", EOS, timeout_s=10)
+
+
+def test_healing_that_voids_a_live_workers_claim_fences_it_too() -> None:
+    fake = FakeFence()
+    fencer = Fencer({EOS: {}}, lambda: None, fence_fn=fake)
+    key = PartitionKey(EOS, "t", 0)
+    # w1 is live but hung: healing no longer trusts its claim (trusted_from lost it).
+    result, parked = park_until_fenced({key: "w2"}, {key: "w1"}, {}, {"w1", "w2"}, fencer)
+    assert parked == 1 and result == {key: "w1"}
+    assert _settle(fencer, "w1", EOS)
+    fencer.forget({"w1"})  # live again: a later failure needs a new fence
+    assert not fencer.fenced("w1", EOS)
