@@ -1,0 +1,66 @@
+"""Review item G: a worker cut off from ZooKeeper stops copying before its session can expire."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from strait.config import parse_config
+from strait.coordination.model import PartitionKey, SessionState
+from strait.worker.agent import WorkerAgent
+from strait.worker.task import PartitionTask
+
+
+class Copier:
+    def __init__(self) -> None:
+        self.abandoned = 0
+
+    def start(self) -> None: ...
+    def assign(self, tasks: Iterable[PartitionTask]) -> None: ...
+    def revoke(self, tasks: Iterable[PartitionTask], timeout_s: float = 30) -> set[PartitionTask]:
+        return set()
+
+    def abandon(self) -> None:
+        self.abandoned += 1
+
+    def assigned(self) -> set[PartitionTask]:
+        return set()
+
+    def stats(self) -> dict[Any, Any]:
+        return {}
+
+    def stop(self, drain: bool = True, timeout_s: float = 30) -> None: ...
+
+
+def _agent(copier: Copier) -> WorkerAgent:
+    config = parse_config(
+        {
+            "zookeeper": {"session_timeout_s": 9},
+            "clusters": {"src": {}, "dst": {}},
+            "routes": [{"name": "main", "source": "src", "destination": "dst"}],
+        },
+        environ={},
+    )
+    agent = WorkerAgent(config=config, worker_id="w1", store=None, make_copier=lambda _r: copier)  # type: ignore[arg-type]
+    agent._copiers["main"] = copier
+    agent._tasks[PartitionKey("main", "t", 0)] = PartitionTask("main", "t", 0, "t")
+    return agent
+
+
+def test_a_short_blip_keeps_copying_a_long_one_stops_everything_without_commits() -> None:
+    copier = Copier()
+    agent = _agent(copier)
+    agent._on_session(SessionState.SUSPENDED)
+    agent._step()  # just suspended: kazoo may reconnect in time, keep copying
+    assert copier.abandoned == 0 and agent._tasks
+    assert agent._suspended_since is not None
+    agent._suspended_since -= 2.9  # below a third of the 9 s session
+    agent._step()
+    assert copier.abandoned == 0
+    agent._suspended_since -= 0.2  # past a third: the session may expire before we hear of it
+    agent._step()
+    assert copier.abandoned == 1 and not agent._tasks
+    agent._step()
+    assert copier.abandoned == 1  # once
+    agent._on_session(SessionState.CONNECTED)
+    assert agent._suspended_since is None and agent._cut_off
