@@ -141,6 +141,9 @@ class RecordingCopier:
         self.revoked.extend(self.tasks)
         self.tasks.clear()
 
+    def fenced(self) -> set[PartitionTask]:
+        return set()
+
     def assigned(self) -> set[PartitionTask]:
         return set(self.tasks)
 

@@ -23,6 +23,9 @@ class Copier:
     def abandon(self) -> None:
         self.abandoned += 1
 
+    def fenced(self) -> set[PartitionTask]:
+        return set()
+
     def assigned(self) -> set[PartitionTask]:
         return set()
 

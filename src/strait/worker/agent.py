@@ -60,6 +60,7 @@ class RouteCopier(Protocol):
     def assign(self, tasks: Iterable[PartitionTask]) -> None: ...
     def revoke(self, tasks: Iterable[PartitionTask], timeout_s: float = 30) -> set[PartitionTask]: ...
     def abandon(self) -> None: ...
+    def fenced(self) -> set[PartitionTask]: ...
     def assigned(self) -> set[PartitionTask]: ...
     def stats(self) -> Mapping[Any, Any]: ...
     def stop(self, drain: bool = True, timeout_s: float = 30) -> None: ...
@@ -220,6 +221,7 @@ class WorkerAgent:
             self._leave()
             return
         assignment = self.store.read_assignment()
+        self._restart_fenced(assignment)
         self._apply(assignment)
         if self._state is WorkerState.JOINING:
             self._set_state(WorkerState.ACTIVE)
@@ -232,6 +234,29 @@ class WorkerAgent:
                 # A revoke that outlived its timeout has finished: let the partition go.
                 self._publish_holding(held)
             self._publish_stats()
+
+    def _restart_fenced(self, assignment: Assignment) -> None:
+        """Take back partitions whose exactly-once producer was fenced while still ours.
+
+        A producer is fenced when the leader gave up on this worker (then the assignment, read
+        just now through a live session, no longer lists the partition and it is simply
+        released), or when the destination ended a transaction that stayed open too long.
+        Partitions still assigned here are released and started again: a new producer epoch,
+        from the last committed checkpoint.
+        """
+        fenced: set[PartitionTask] = set()
+        for copier in self._copiers.values():
+            fenced |= copier.fenced()
+        if not fenced:
+            return
+        mine = assignment.of_worker(self.id)
+        keys = {PartitionKey(t.route, t.topic, t.partition) for t in fenced}
+        log.warning(
+            "%d partition(s) stopped by a fenced producer; %d still assigned here restart from their checkpoints",
+            len(keys),
+            len(keys & mine),
+        )
+        self._release(keys)  # `_apply` then starts those still assigned afresh
 
     def _check_cut_off(self, suspended_s: float) -> None:
         # kazoo reports SUSPENDED after about two thirds of the session timeout without an

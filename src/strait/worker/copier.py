@@ -340,6 +340,12 @@ class Copier:
                 entry.revoke_deadline = now
         self._wake.set()
 
+    def fenced(self) -> set[PartitionTask]:
+        """Partitions stopped because their transactional producer was fenced (exactly-once)."""
+        with self._lock:
+            entries = list(self._entries.items())
+        return {t for t, e in entries if e.revoke_deadline is None and (e.state.error or "").startswith("fenced:")}
+
     def assigned(self) -> set[PartitionTask]:
         """The partitions this copier owns (until their revoke has returned)."""
         with self._lock:
@@ -527,6 +533,10 @@ class Copier:
         fresh: list[_Entry] = []
         for entry in ready:
             start, end, committed = starts[entry.state.task]
+            if start < 0 or end < 0:
+                # A broker answering mid-restart may report no offset at all (-1001).
+                self._retry_later([entry], f"source offsets unavailable (start {start}, end {end})")
+                continue
             state = entry.state
             state.source_end = end
             state.committed = committed

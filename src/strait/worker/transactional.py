@@ -32,7 +32,7 @@ from strait.worker.transactional_checkpoints import group_metadata, transaction_
 
 log = logging.getLogger(__name__)
 
-TRANSACTION_TIMEOUT_S = 30.0
+TRANSACTION_TIMEOUT_S = 60.0
 # The producer is done for: produce() reports a fatal state as _FATAL without the fatal flag.
 FATAL_CODES = frozenset({KafkaError._FENCED, KafkaError._FATAL, KafkaError.PRODUCER_FENCED})
 
