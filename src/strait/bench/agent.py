@@ -93,10 +93,22 @@ def producer_result(agent: Agent) -> tuple[workload.Counts, int, int]:
 
 
 def start_reader(
-    path: Path, props: Mapping[str, Any], topics: Sequence[str], *, ready_topics: Sequence[str], deadline_s: float
+    path: Path,
+    props: Mapping[str, Any],
+    topics: Sequence[str],
+    *,
+    ready_topics: Sequence[str],
+    deadline_s: float,
+    isolation_level: str | None = None,
 ) -> Agent:
     """Read ``topics`` until told to stop (``stop_reader``) or ``deadline_s`` passes."""
-    spec = {"props": dict(props), "topics": list(topics), "ready_topics": list(ready_topics), "deadline_s": deadline_s}
+    spec = {
+        "props": dict(props),
+        "topics": list(topics),
+        "ready_topics": list(ready_topics),
+        "deadline_s": deadline_s,
+        "isolation_level": isolation_level,
+    }
     return _spawn("read", spec, path)
 
 
@@ -157,6 +169,7 @@ def _read(spec: dict[str, Any], path: Path) -> None:
         deadline_s=spec["deadline_s"],
         on_ready=ready_file.touch,
         ready_topics=spec["ready_topics"],
+        isolation_level=spec.get("isolation_level"),
     )
     arrivals.save(path.with_suffix(".out"))
 

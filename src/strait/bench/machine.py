@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +57,63 @@ def describe() -> dict[str, Any]:
         "mirrormaker": "connect-mirror 4.3.1 (newest on Maven Central here)",
         "load_average_at_start": [round(x, 2) for x in load],
     }
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15-minute load averages now."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat; None where it is unreadable."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+class LoadWatch:
+    """The machine's load while a run goes on: load averages at start and end, the 1-minute figure
+    sampled every ``interval_s``, and the share of all CPUs that was busy (anyone's work, ours too)."""
+
+    def __init__(self, interval_s: float = 2.0) -> None:
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._samples: list[float] = []
+        self._thread = threading.Thread(target=self._run, name="load-watch", daemon=True)
+        self._start: list[float] = []
+        self._ticks: tuple[int, int] | None = None
+
+    def __enter__(self) -> LoadWatch:
+        self._start = load_average()
+        self._ticks = _cpu_ticks()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            self._samples.append(os.getloadavg()[0])
+            if self._stop.wait(self._interval_s):
+                return
+
+    def summary(self) -> dict[str, Any]:
+        """``start`` and ``end`` (1/5/15-minute), min/mean/max of the 1-minute samples, CPU busy %."""
+        samples = self._samples or [os.getloadavg()[0]]
+        result: dict[str, Any] = {
+            "start": self._start,
+            "end": load_average(),
+            "min_1m": round(min(samples), 2),
+            "mean_1m": round(sum(samples) / len(samples), 2),
+            "max_1m": round(max(samples), 2),
+            "samples": len(samples),
+        }
+        now = _cpu_ticks()
+        if self._ticks is not None and now is not None and now[1] > self._ticks[1]:
+            result["cpu_busy_percent"] = round(100 * (now[0] - self._ticks[0]) / (now[1] - self._ticks[1]), 1)
+        return result

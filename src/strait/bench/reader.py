@@ -102,6 +102,7 @@ def read(
     arrivals: Arrivals | None = None,
     on_ready: Callable[[], None] | None = None,
     ready_topics: Sequence[str] = (),
+    isolation_level: str | None = None,
 ) -> Arrivals:
     """Read ``topics`` from the beginning until ``done(distinct records)`` or the deadline passes.
 
@@ -109,6 +110,7 @@ def read(
     (duplicates do not count), so a caller that knows how many records were produced can
     stop exactly when the last one arrived. ``on_ready`` is called once every topic in
     ``ready_topics`` is assigned, so a caller can hold its producers until the reader is set.
+    ``isolation_level`` (``read_committed`` / ``read_uncommitted``) is librdkafka's default when None.
     """
     arrivals = arrivals or Arrivals()
     consumer = clients.consumer(
@@ -121,6 +123,7 @@ def read(
             # Small waits: arrival times are the measurement, the broker must not sit on data.
             "fetch.wait.max.ms": 20,
             "log_level": 3,
+            **({"isolation.level": isolation_level} if isolation_level is not None else {}),
         },
     )
     seen: dict[tuple[int, int], bytearray] = {}

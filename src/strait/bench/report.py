@@ -12,7 +12,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-SCENARIOS = ("smoke", "throughput", "latency", "add-topics", "worker-failure", "profile")
+from strait.bench.markdown import _n as _n
+from strait.bench.markdown import _table as _table
+from strait.bench.markdown import _verdict as _verdict
+from strait.bench.markdown import hand_written_tail
+from strait.bench.report_delivery import DELIVERY_SECTION, delivery_summary
+
+SCENARIOS = ("smoke", "throughput", "latency", "add-topics", "worker-failure", "profile", "delivery")
 
 COMMANDS = {
     "smoke": "strait bench smoke",
@@ -21,6 +27,7 @@ COMMANDS = {
     "add-topics": "strait bench add-topics",
     "worker-failure": "strait bench worker-failure",
     "profile": "strait bench profile",
+    "delivery": "strait bench delivery",
 }
 
 
@@ -48,29 +55,6 @@ def load_all(results_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 # ---- Markdown -----------------------------------------------------------------------------------
-
-
-def _n(value: Any, digits: int = 0, suffix: str = "") -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, int | float):
-        return f"{value:,.{digits}f}{suffix}"
-    return str(value)
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
-
-
-def _verdict(run: dict[str, Any]) -> str:
-    if run.get("error"):
-        return f"failed: {run['error'][:120]}"
-    v = run.get("verify") or {}
-    if not v:
-        return "—"
-    return f"{v.get('lost')} / {v.get('duplicated')} / {v.get('out_of_order')}"
 
 
 def _throughput_md(doc: dict[str, Any]) -> list[str]:
@@ -330,6 +314,7 @@ _SECTIONS: dict[str, tuple[str, str, Callable[[dict[str, Any]], list[str]]]] = {
         "The CI-sized run of the harness: a small pre-filled topic copied by each system.",
         _smoke_md,
     ),
+    "delivery": DELIVERY_SECTION,
 }
 
 
@@ -372,6 +357,7 @@ def _summary(results: dict[str, dict[str, Any]]) -> list[str]:
         lines.append(
             f"- **Worker kill -9** (Strait / MM2): time until every partition flows again {_n(r.get('resume_s'), 2)}."
         )
+    lines += delivery_summary(results.get("delivery"))
     lost = [
         run["verify"]["lost"]
         for doc in results.values()
@@ -435,7 +421,7 @@ def render_markdown(results: dict[str, dict[str, Any]]) -> str:
         "against the sequence numbers the producer wrote.",
         "",
     ]
-    for scenario in ("throughput", "latency", "add-topics", "worker-failure", "profile", "smoke"):
+    for scenario in ("throughput", "latency", "add-topics", "worker-failure", "delivery", "profile", "smoke"):
         doc = results.get(scenario)
         if doc is None:
             continue
@@ -462,7 +448,8 @@ def write_markdown(results_dir: Path, target: Path) -> Path:
     results = load_all(results_dir)
     for doc in results.values():
         doc["_results_dir"] = str(results_dir)
-    target.write_text(render_markdown(results))
+    kept = hand_written_tail(target.read_text()) if target.exists() else ""
+    target.write_text(render_markdown(results) + ("\n" + kept if kept else ""))
     return target
 
 

@@ -34,12 +34,16 @@ def render_config(
     listen: str,
     api_token: str,
     session_timeout_s: float,
+    delivery: str | None = None,
 ) -> dict[str, Any]:
-    """The configuration every node of the run reads."""
+    """The configuration every node of the run reads (``delivery``: the route's, when not the default)."""
+    route: dict[str, Any] = {"name": "bench", "source": "src", "destination": "dst"}
+    if delivery is not None:
+        route["delivery"] = delivery
     return {
         "zookeeper": {"connect": zookeeper, "root": root, "session_timeout_s": session_timeout_s},
         "clusters": {"src": dict(src_props), "dst": dict(dst_props)},
-        "routes": [{"name": "bench", "source": "src", "destination": "dst"}],
+        "routes": [route],
         "controller": {"listen": listen, "api_token": api_token, "refresh_interval_s": 1.0},
     }
 
@@ -60,8 +64,10 @@ class StraitReplicator:
         compression: str = "none",
         session_timeout_s: float = 10.0,
         start_timeout_s: float = 60.0,
+        delivery: str | None = None,
     ) -> None:
         self.parallelism = workers
+        self.delivery = delivery
         self._workers = workers
         self._compression = compression
         self._session_timeout_s = session_timeout_s
@@ -81,6 +87,7 @@ class StraitReplicator:
             listen=f"127.0.0.1:{self._port}",
             api_token=self._token,
             session_timeout_s=session_timeout_s,
+            delivery=delivery,
         )
         self._config_path = self._workdir / f"strait-{self._run_id}.yaml"
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -162,6 +169,7 @@ class StraitReplicator:
             "workers": self._workers,
             "compression": self._compression,
             "zookeeper_session_timeout_s": self._session_timeout_s,
+            **({"delivery": self.delivery} if self.delivery is not None else {}),
         }
 
     def stop(self) -> None:

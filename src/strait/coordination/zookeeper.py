@@ -87,6 +87,7 @@ class ZooKeeperStore:
     ) -> None:
         self._root = root.rstrip("/")
         self._retry = retry
+        self._connect = connect
         self._client = KazooClient(
             hosts=connect,
             timeout=session_timeout_s,
@@ -110,7 +111,7 @@ class ZooKeeperStore:
         try:
             self._client.start(timeout=max(5.0, self._client._session_timeout / 1000.0))
         except KazooTimeoutError as exc:
-            raise StoreUnavailable(f"cannot connect to ZooKeeper at {self._client.hosts.hosts}") from exc
+            raise StoreUnavailable(f"cannot connect to ZooKeeper at {self._connect}") from exc
         self._state = SessionState.CONNECTED
         for part in ("topics", "removed", "workers/live", "workers/known", "workers/stats", "workers/drain"):
             self._call(self._client.ensure_path, self._path(part))

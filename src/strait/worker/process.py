@@ -3,24 +3,39 @@ one stops at once."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
+import time
 from types import FrameType
 
 from strait.config import StraitConfig
 from strait.coordination import connect
+from strait.coordination.store import StoreUnavailable
 from strait.metrics.exposition import serve_metrics
 from strait.metrics.worker import WorkerMetrics
 from strait.worker.agent import WorkerAgent, copier_factory
 
+log = logging.getLogger(__name__)
+
 
 def run_worker(config: StraitConfig, worker_id: str) -> None:
     """Copy what the controller assigns to `worker_id` until drained."""
-    store = connect(
-        connect=config.zookeeper.connect,
-        root=config.zookeeper.root,
-        session_timeout_s=config.zookeeper.session_timeout_s,
-    )
+    delay_s = 1.0
+    while True:
+        try:
+            store = connect(
+                connect=config.zookeeper.connect,
+                root=config.zookeeper.root,
+                session_timeout_s=config.zookeeper.session_timeout_s,
+            )
+            break
+        except StoreUnavailable as exc:
+            # ZooKeeper down while this worker (re)starts: wait for it rather than exit, as a
+            # worker that loses ZooKeeper later waits too.
+            log.warning("%s; retrying in %.0fs", exc, delay_s)
+            time.sleep(delay_s)
+            delay_s = min(10.0, delay_s * 2)
     metrics = WorkerMetrics(worker_id)
     if config.observability.worker_metrics_listen is not None:
         metrics.url = serve_metrics(metrics.registry, config.observability.worker_metrics_listen)

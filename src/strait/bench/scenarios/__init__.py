@@ -7,10 +7,21 @@ topic. Scenario functions return plain dicts (the JSON written under ``bench/res
 """
 
 from strait.bench.scenarios.add_topics import add_topics
+from strait.bench.scenarios.delivery import delivery
 from strait.bench.scenarios.failure import worker_failure
 from strait.bench.scenarios.harness import SYSTEMS, Bench, strait_available
 from strait.bench.scenarios.latency import latency
 from strait.bench.scenarios.smoke import smoke
 from strait.bench.scenarios.throughput import throughput
 
-__all__ = ["SYSTEMS", "Bench", "add_topics", "latency", "smoke", "strait_available", "throughput", "worker_failure"]
+__all__ = [
+    "SYSTEMS",
+    "Bench",
+    "add_topics",
+    "delivery",
+    "latency",
+    "smoke",
+    "strait_available",
+    "throughput",
+    "worker_failure",
+]

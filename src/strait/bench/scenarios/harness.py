@@ -87,7 +87,9 @@ class Bench:
         topics_pattern: str | None = None,
         mm2_refresh_topics_s: int = 5,
         mm2_rebalance_delay_ms: int = 10_000,
+        delivery: str | None = None,
     ) -> Replicator:
+        """``delivery`` (Strait only) sets the route's ``delivery``; None leaves the default."""
         if system == "strait":
             return StraitReplicator(
                 zookeeper=self.sandbox.zookeeper,
@@ -97,7 +99,10 @@ class Bench:
                 workers=parallelism,
                 compression=compression,
                 session_timeout_s=self.session_timeout_s,
+                delivery=delivery,
             )
+        if delivery is not None:
+            raise ValueError("delivery modes are Strait's: MirrorMaker 2 runs with its defaults")
         return MirrorMaker2(
             src_bootstrap=self.src["bootstrap.servers"],
             dst_bootstrap=self.dst["bootstrap.servers"],
@@ -159,6 +164,44 @@ class DestinationCount:
             time.sleep(0.1)
         return False
 
+    def close(self) -> None:
+        """Release the clients (nothing to do for end offsets)."""
+
+
+class CommittedCount(DestinationCount):
+    """Records an exactly-once route has committed: the sum of its destination checkpoints.
+
+    End offsets overcount a transactional copy (every commit adds a marker to each partition it
+    wrote) and include records not committed yet. An exactly-once route's checkpoints (source
+    offsets, in the destination group ``strait.<route>``) commit in the same transaction as the
+    records they cover, so for a source topic written without transactions their sum is exactly
+    the number of records a ``read_committed`` reader can see. Read with a consumer's
+    ``committed()`` (never subscribed, ``read_uncommitted`` so it does not wait for a pending
+    transaction): the admin call crashes librdkafka on a loading coordinator (librdkafka#5040).
+    """
+
+    def __init__(self, props: Mapping[str, Any], topics: Mapping[str, int], *, route: str = "bench") -> None:
+        from strait.worker.transactional_checkpoints import destination_group
+
+        super().__init__(props, topics)
+        self._consumer = clients.consumer(
+            props,
+            **{
+                "group.id": destination_group(route),
+                "enable.auto.commit": False,
+                "isolation.level": "read_uncommitted",
+                "log_level": 3,
+            },
+        )
+
+    def count(self) -> int:
+        partitions = [TopicPartition(t, p) for t, n in self._topics.items() for p in range(n)]
+        committed = self._consumer.committed(partitions, timeout=5)
+        return sum(max(0, tp.offset) for tp in committed if tp.error is None)
+
+    def close(self) -> None:
+        self._consumer.close()
+
 
 def topic_name(*parts: object) -> str:
     return "-".join(str(p) for p in parts)
@@ -199,9 +242,16 @@ class Live:
         if isinstance(self.replicator, MirrorMaker2) and not self.replicator.wait_tasks_started(60):
             self.bench.log("  (not every MirrorMaker task reported started within 60s; continuing)")
 
-    def read(self, topics: Sequence[str], ready: Sequence[str], deadline_s: float) -> None:
+    def read(
+        self, topics: Sequence[str], ready: Sequence[str], deadline_s: float, *, isolation_level: str | None = None
+    ) -> None:
         self.readers = agent.start_reader(
-            self.run_dir / "read.json", self.bench.dst, topics, ready_topics=ready, deadline_s=deadline_s
+            self.run_dir / "read.json",
+            self.bench.dst,
+            topics,
+            ready_topics=ready,
+            deadline_s=deadline_s,
+            isolation_level=isolation_level,
         )
         agent.wait_ready(self.readers)
 

@@ -77,12 +77,17 @@ def _latency_run(
     partitions: int,
     size: int,
     parallelism: int,
+    *,
+    delivery: str | None = None,
 ) -> dict[str, Any]:
-    run_dir = bench.run_dir(topic_name("latency", system, int(rate)))
+    """One rate. With ``delivery`` (Strait's route setting) the reader reads ``read_committed``."""
+    label = [system, int(rate)] + ([delivery] if delivery else [])
+    run_dir = bench.run_dir(topic_name("latency", *label))
     topic = topic_name("lat", uuid.uuid4().hex[:6], int(rate), system)
     workload.create_topics(bench.src, [topic], partitions)
-    replicator = bench.replicator(system, run_dir, parallelism=parallelism)
+    replicator = bench.replicator(system, run_dir, parallelism=parallelism, delivery=delivery)
     result: dict[str, Any] = {
+        **({"delivery": delivery} if delivery else {}),
         "system": system,
         "rate": rate,
         "parallelism": parallelism,
@@ -93,7 +98,12 @@ def _latency_run(
     def body() -> None:
         with live(bench, run_dir, replicator) as session:
             session.warm({topic: partitions}, size)
-            session.read([topic], [topic], deadline_s=duration_s + warmup_s + 600)
+            session.read(
+                [topic],
+                [topic],
+                deadline_s=duration_s + warmup_s + 600,
+                isolation_level="read_committed" if delivery else None,
+            )
             meter = ProcessMeter()
             cpu0 = meter.sample(replicator.pids())
             session.produce("steady", {topic: partitions}, rate=rate, duration_s=warmup_s + duration_s, size=size)

@@ -15,6 +15,7 @@ from strait.bench.procstat import ProcessMeter
 from strait.bench.replicator import Replicator
 from strait.bench.scenarios.harness import (
     Bench,
+    CommittedCount,
     DestinationCount,
     mean,
     ratio,
@@ -124,13 +125,19 @@ def _throughput_run(
     records: int,
     partitions: int,
     timeout_s: float,
+    *,
+    delivery: str | None = None,
 ) -> dict[str, Any]:
-    run_dir = bench.run_dir(topic_name("throughput", system, workers, size, compression))
+    """One full copy. With ``delivery`` (Strait's route setting) the copy counts only once the
+    records are visible to a ``read_committed`` reader, and the verifier reads ``read_committed``."""
+    label = [system, workers, size, compression] + ([delivery] if delivery else [])
+    run_dir = bench.run_dir(topic_name("throughput", *label))
     topic = topic_name("tp", uuid.uuid4().hex[:6], size, compression, system, workers)
     workload.create_topics(bench.src, [topic], partitions)
     expected = workload.prefill(bench.src, topic, partitions, records, size, compression=compression)
-    replicator = bench.replicator(system, run_dir, parallelism=workers, compression=compression)
+    replicator = bench.replicator(system, run_dir, parallelism=workers, compression=compression, delivery=delivery)
     result: dict[str, Any] = {
+        **({"delivery": delivery} if delivery else {}),
         "system": system,
         "parallelism": workers,
         "size": size,
@@ -140,7 +147,12 @@ def _throughput_run(
         "replicator": replicator.describe(),
         "logs": str(run_dir),
     }
-    watch = _CopyWatch(DestinationCount(bench.dst, {topic: partitions}), replicator, records)
+    counter = (
+        CommittedCount(bench.dst, {topic: partitions})
+        if delivery == "exactly-once"
+        else DestinationCount(bench.dst, {topic: partitions})
+    )
+    watch = _CopyWatch(counter, replicator, records)
     try:
         # Watching starts before the replicator does: a fast copy can end before start() returns.
         watch.start()
@@ -169,14 +181,23 @@ def _throughput_run(
                 cpu_s_copy=round(cpu_copy, 2),
                 cpu_s_total=round(done[1], 2),
                 cpu_s_per_gb=round(cpu_copy / (records * size / 1e9), 1),
+                first_count=watch.first_count,
             )
         # Every 100 ms is needed to time the copy, not to draw it: keep about 100 points per run.
         result["timeline"] = watch.timeline[:: max(1, len(watch.timeline) // 100)]
-        arrivals = reader.read(bench.dst, [topic], done=lambda n: n >= records, deadline_s=120)
+        arrivals = reader.read(
+            bench.dst,
+            [topic],
+            done=lambda n: n >= records,
+            deadline_s=120,
+            isolation_level="read_committed" if delivery else None,
+        )
         result["verify"] = arrivals.verify(expected).summary()
     except Exception as exc:  # a failed run is a result to record, not the end of the benchmark
         result["error"] = f"{type(exc).__name__}: {exc}"
         result.setdefault("verify", {})
+    finally:
+        counter.close()
     return result
 
 
@@ -192,6 +213,7 @@ class _CopyWatch(threading.Thread):
         self.stop = threading.Event()
         self.started = time.monotonic()
         self.first: tuple[float, float] | None = None  # (time, CPU seconds) at the first copied record
+        self.first_count = 0  # records already there at that first poll
         self.done: tuple[float, float] | None = None  # the same once every record is there
         self.timeline: list[tuple[float, int, float]] = []
 
@@ -208,6 +230,7 @@ class _CopyWatch(threading.Thread):
             self.timeline.append((round(now - self.started, 3), count, round(cpu, 2)))
             if self.first is None and count > 0:
                 self.first = (now, cpu)
+                self.first_count = count
             if count >= self.records:
                 self.done = (now, cpu)
                 return

@@ -1,0 +1,283 @@
+"""Chaos results: `bench/results/chaos-*.json`, one per delivery mode, duration and seed, and
+`RELIABILITY.md` generated from all of them, in the style of `BENCHMARKS.md`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from strait.bench.report import _n, _table
+
+PATTERN = "chaos-*.json"
+
+
+def result_name(doc: Mapping[str, Any]) -> str:
+    """`chaos-<delivery>-<duration>-seed<N>.json`: a rerun of the same run replaces its file."""
+    seconds = int(doc["duration_s"])
+    duration = f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
+    return f"chaos-{doc['delivery']}-{duration}-seed{doc['seed']}.json"
+
+
+def save(result: Mapping[str, Any], results_dir: Path, *, machine: Mapping[str, Any], command: str) -> Path:
+    results_dir.mkdir(parents=True, exist_ok=True)
+    document = {
+        **result,
+        "finished_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command,
+        "machine": dict(machine),
+    }
+    path = results_dir / result_name(result)
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    return path
+
+
+def load_all(results_dir: Path) -> list[dict[str, Any]]:
+    """Every chaos result, longest runs first."""
+    docs = [json.loads(path.read_text()) for path in sorted(results_dir.glob(PATTERN))]
+    return sorted(docs, key=lambda d: (-d["duration_s"], d["delivery"], d["seed"]))
+
+
+def write_markdown(results_dir: Path, target: Path) -> Path:
+    target.write_text(render(load_all(results_dir)))
+    return target
+
+
+# ---- Markdown -----------------------------------------------------------------------------------
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 and seconds % 60 == 0 else f"{seconds:.0f} s"
+
+
+def _verdict(doc: Mapping[str, Any]) -> str:
+    return "**pass**" if doc.get("ok") else "**FAIL**: " + "; ".join(doc.get("failures", []))
+
+
+def _summary(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows = []
+    for d in docs:
+        t, shape, load = d["totals"], d["shape"], d.get("load_average", {})
+        rows.append(
+            [
+                d["delivery"],
+                _minutes(d["duration_s"]),
+                str(d["seed"]),
+                f"{shape['brokers']}+{shape['brokers']} brokers, {shape['workers']} workers, "
+                f"{shape['controllers']} controllers",
+                _n(t["checked"]),
+                _n(sum(d["faults_injected"].values())),
+                _n(t["lost"]),
+                _n(t["not_yet_copied"]),
+                _n(t["duplicates"]),
+                _n(t["out_of_order"]),
+                f"{_n(load.get('mean'), 1)} / {_n(load.get('max'), 1)}",
+                _verdict(d),
+            ]
+        )
+    return _table(
+        [
+            "delivery",
+            "duration",
+            "seed",
+            "shape",
+            "records checked",
+            "faults",
+            "lost",
+            "not yet copied",
+            "duplicates",
+            "out of order",
+            "load avg mean / max",
+            "verdict",
+        ],
+        rows,
+    )
+
+
+def _faults(d: Mapping[str, Any]) -> list[str]:
+    planned = d["schedule"]["planned"]
+    kinds = sorted(set(planned) | set(d["faults_injected"]))
+    rows = [
+        [
+            kind,
+            _n(planned.get(kind, 0)),
+            _n(d["faults_injected"].get(kind, 0)),
+            _n(d["faults_skipped"].get(kind, 0)),
+            _n(d["fault_errors"].get(kind, 0)),
+        ]
+        for kind in kinds
+    ]
+    return _table(["fault", "planned", "injected", "skipped", "failed to inject"], rows)
+
+
+def _topics(d: Mapping[str, Any]) -> list[str]:
+    rows = [
+        [
+            f"`{topic}`",
+            _n(r["produced"]),
+            _n(r["checked"]),
+            _n(r["lost"]),
+            _n(r["not_yet_copied"]),
+            _n(r["duplicates"]),
+            _n(r["resent_ranges"]),
+            _n(r["out_of_order"]),
+            _n(r["interleaved"]),
+        ]
+        for topic, r in sorted(d["per_topic"].items())
+    ]
+    return _table(
+        [
+            "topic",
+            "produced",
+            "checked",
+            "lost",
+            "not yet copied",
+            "duplicates",
+            "re-sent ranges",
+            "out of order",
+            "interleaved",
+        ],
+        rows,
+    )
+
+
+def _missing(d: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for p in d["partitions"]:
+        for run in p.get("missing_runs", []):
+            near = "; ".join(run.get("faults_near", [])) or "none"
+            lines.append(
+                f"- `{p['topic']}` partition {p['partition']}: sequence numbers {run['seq'][0]:,} to {run['seq'][1]:,} "
+                f"({run['records']:,} records, **{run['verdict']}**), source offsets {run['source_offsets']}, "
+                f"checkpoint {p['checkpoint']}, sent at {run.get('sent_at_s', '?')} s; faults around then: {near}"
+            )
+    return ["Missing records:", "", *lines, ""] if lines else []
+
+
+def _resends(d: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for p in d["partitions"]:
+        if not p.get("largest_resends") and not p.get("problems"):
+            continue
+        largest = ", ".join(
+            f"{r['records']:,} from sequence number {r['seq']:,} (first sent at {r['sent_at_s']} s)"
+            for r in p.get("largest_resends", [])
+        )
+        lines.append(
+            f"- `{p['topic']}` partition {p['partition']}: {p['duplicates']:,} duplicates in "
+            f"{p['resent_ranges']} re-sent ranges"
+            + (f"; largest: {largest}" if largest else "")
+            + "".join(f"; {problem}" for problem in p.get("problems", []))
+        )
+    title = "Where the duplicates are (an owner going back to an older checkpoint), and any records out of order:"
+    return [title, "", *lines, ""] if lines else []
+
+
+def _done(e: Mapping[str, Any]) -> float:
+    return float(e.get("done_s", e["at_s"] + e["took_s"]))
+
+
+def _timeline(d: Mapping[str, Any]) -> list[str]:
+    rows = [
+        [
+            f"{e['planned_s']:.1f}",
+            f"{_done(e):.1f}",
+            str(e["fault"]),
+            e["kind"],
+            e["target"],
+            e["action"],
+            e["outcome"],
+            e["detail"].replace("|", "/"),
+        ]
+        for e in sorted(d["executed"], key=_done)
+    ]
+    return [
+        "<details><summary>The schedule as executed (seconds after the faults began)</summary>",
+        "",
+        *_table(["planned s", "done s", "fault", "kind", "target", "step", "outcome", "detail"], rows),
+        "",
+        "</details>",
+    ]
+
+
+def _run(d: Mapping[str, Any]) -> list[str]:
+    shape, catch_up, load = d["shape"], d["catch_up"], d["load"]
+    avg = d.get("load_average", {})
+    lines = [
+        f"## {d['delivery']}, {_minutes(d['duration_s'])}, seed {d['seed']}: {_verdict(d)}",
+        "",
+        f"Command: `{d.get('command')}` — finished {d.get('finished_at')}.",
+        "",
+        f"- Shape: clusters of {shape['brokers']} brokers (replication factor {shape['replication_factor']}, "
+        f"min.insync.replicas {shape['min_insync_replicas']}), {shape['workers']} workers, "
+        f"{shape['controllers']} controllers, ZooKeeper session timeout {shape['session_timeout_s']} s, "
+        + (
+            "(the worker did not declare exactly-once support), "
+            if d["delivery"] == "exactly-once" and not d.get("exactly_once_available")
+            else ""
+        )
+        + f"CPU hog of {shape['hog_processes']} busy processes; final partitions "
+        + ", ".join(f"{t.rsplit('-', 1)[-1]} {n}" for t, n in sorted(shape["partitions"].items())),
+        f"- Load: {_n(load['produced'])} records acknowledged by the source ({_n(load['rate_per_partition'])}/s "
+        f"per partition plus bursts, {load['record_size']} B), {_n(load['failed'])} produce failures; load average "
+        f"min {_n(avg.get('min'), 1)}, mean {_n(avg.get('mean'), 1)}, max {_n(avg.get('max'), 1)} on "
+        f"{avg.get('cores', '?')} cores.",
+        f"- Catch-up after the load stopped: {'reached the end' if catch_up['caught_up'] else 'did NOT finish'} "
+        f"in {catch_up['waited_s']} s; copy read with {d['read']['isolation']} in {d['read']['seconds']} s.",
+    ]
+    if d.get("unexpected_exits"):
+        codes = ", ".join(f"{name} (exit code {e['code']})" for name, e in sorted(d["unexpected_exits"].items()))
+        lines.append(f"- Processes that exited by themselves: {codes}; the end of their logs is in the JSON file.")
+    if d.get("restored_at_end"):
+        lines.append(f"- Undone at the end (their planned end was missed): {len(d['restored_at_end'])} faults.")
+    lines += ["", *_faults(d), "", *_topics(d), "", *_missing(d), *_resends(d), *_timeline(d), ""]
+    return lines
+
+
+def render(docs: Sequence[Mapping[str, Any]]) -> str:
+    """`RELIABILITY.md` from the result documents."""
+    lines = [
+        "# Reliability: Strait under chaos",
+        "",
+        "Generated by `strait bench chaos-report` (and after each `strait bench chaos`) from "
+        "`bench/results/chaos-*.json`; every run can be replayed fault for fault from its command and seed.",
+        "",
+        "Each run starts ZooKeeper and two Kafka clusters (`src`, `dst`) on this machine, a fleet of controllers "
+        "and workers as real processes, and a producer writing sequence-numbered records to several topics. A "
+        "seeded schedule then kills (`kill -9`) and restarts workers, the leading controller, one source broker "
+        "and one destination broker at a time (never the KRaft controller, never two of a cluster: "
+        "min.insync.replicas 2 holds), ZooKeeper; freezes workers (SIGSTOP) below and beyond the ZooKeeper "
+        "session timeout; expands source topics; removes topics and adds them again through the REST API; adds "
+        "a topic that already holds records; and sends bursts of records beyond the catch-up threshold "
+        "(10,000 records of lag), while busy-loop processes starve every core. The faults stop before a quiet "
+        "tail; then the load stops, the copy gets time to reach the source's end, the fleet stops, and every "
+        "record the source acknowledged is looked up in the copy, per partition.",
+        "",
+        "- **lost**: missing from the copy although the route's checkpoint (its source consumer group) is past "
+        "it, or the source no longer holds it: no owner will ever copy it again.",
+        "- **not yet copied**: missing, and the checkpoint is not past it: the copy had not caught up when the "
+        "wait ran out. Also a failure.",
+        "- **duplicates**: repeated arrivals (at-least-once allows them after a failure; exactly-once, read "
+        "with `read_committed`, does not). **Re-sent ranges** are the runs they come in; **interleaved** "
+        "counts repeats that look like two writers at once.",
+        "- **out of order**: a record first arriving after a later one of its partition.",
+        "",
+    ]
+    if not docs:
+        return "\n".join([*lines, "No chaos result yet: run `strait bench chaos --duration 30m --seed 1`.", ""])
+    lines += ["## Runs", "", *_summary(docs), ""]
+    machine = next((d.get("machine") for d in docs if d.get("machine")), None)
+    if machine:
+        lines += [
+            "## Machine",
+            "",
+            f"- CPU: {machine.get('cpu')}, {machine.get('cores')} cores; memory {machine.get('memory_gb')} GB; "
+            f"Linux {machine.get('kernel')}",
+            f"- Python {machine.get('python')}; {machine.get('java')}; {machine.get('kafka_broker')}",
+            "",
+        ]
+    for doc in docs:
+        lines += _run(doc)
+    return "\n".join(lines)

@@ -1,0 +1,42 @@
+"""Markdown building blocks shared by the benchmark reports (BENCHMARKS.md, RELIABILITY.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def _n(value: Any, digits: int = 0, suffix: str = "") -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, int | float):
+        return f"{value:,.{digits}f}{suffix}"
+    return str(value)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _verdict(run: dict[str, Any]) -> str:
+    if run.get("error"):
+        return f"failed: {run['error'][:120]}"
+    v = run.get("verify") or {}
+    if not v:
+        return "—"
+    return f"{v.get('lost')} / {v.get('duplicated')} / {v.get('out_of_order')}"
+
+
+HAND_WRITTEN = "(not produced by `strait bench report`)"
+
+
+def hand_written_tail(previous: str) -> str:
+    """The sections of a previous report written by hand (their title says ``HAND_WRITTEN``), from
+    the first such section to the end, so regenerating the report keeps them; "" when there are none."""
+    lines = previous.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.startswith("## ") and HAND_WRITTEN in line:
+            return "".join(lines[i:])
+    return ""

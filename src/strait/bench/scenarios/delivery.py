@@ -1,0 +1,197 @@
+"""Exactly-once against at-least-once: Strait alone, both delivery modes in one run on one sandbox.
+
+Two measurements, each made for both modes of the route's ``delivery`` key, alternating:
+
+- throughput: one worker copies a pre-filled topic (same harness as the throughput scenario).
+  A copy counts records as they become visible to a ``read_committed`` reader: destination end
+  offsets for at-least-once (no transactions there), the route's checkpoints committed in the
+  destination (the same transactions as the records) for exactly-once.
+- end-to-end latency at fixed produce rates, read by an independent ``read_committed`` reader
+  (same harness as the latency scenario): arrival minus the send time stamped in the record.
+
+Every run records the machine's load while it ran, and what the Strait processes logged at
+WARNING or above (the transactional producer's errors would show there).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from strait.bench.machine import LoadWatch
+from strait.bench.scenarios.harness import Bench, mean, strait_available
+from strait.bench.scenarios.latency import _latency_run
+from strait.bench.scenarios.throughput import _throughput_run
+
+MODES = ("at-least-once", "exactly-once")
+GOAL_THROUGHPUT_RATIO = 0.8  # issue 9: exactly-once records/s at least 0.8 of at-least-once
+
+# "2026-11-29 16:11:00,123 WARNING strait.worker...: msg", or librdkafka's "%3|1732...|FAIL|...".
+_LOGGED = re.compile(r"^\S+ \S+ (?P<level>WARNING|ERROR|CRITICAL) (?P<text>.*)$")
+_RDKAFKA = re.compile(r"^%(?P<level>[0-4])\|[\d.]+\|(?P<text>.*)$")
+
+
+def delivery(
+    bench: Bench,
+    *,
+    sizes: Sequence[int] = (100, 1024),
+    records: int = 200_000,
+    partitions: int = 4,
+    rates: Sequence[float] = (1000, 10000),
+    duration_s: float = 20.0,
+    warmup_s: float = 5.0,
+    latency_size: int = 100,
+    repeats: int = 1,
+    timeout_s: float = 600.0,
+) -> dict[str, Any]:
+    """Both delivery modes of one Strait worker: copy throughput per record size, latency per rate."""
+    if not strait_available():
+        raise RuntimeError("Strait's replicator is not in this checkout: nothing to compare")
+    runs: list[dict[str, Any]] = []
+    with LoadWatch() as overall:
+        for repeat in range(repeats):
+            for i, size in enumerate(sizes):
+                for mode in _order(repeat + i):
+                    bench.log(
+                        f"delivery: {mode} copy of {records:,} records of {size} B, {partitions} partitions "
+                        f"(repeat {repeat + 1}/{repeats})"
+                    )
+                    with LoadWatch() as load:
+                        run = _throughput_run(
+                            bench, "strait", 1, size, "none", records, partitions, timeout_s, delivery=mode
+                        )
+                    runs.append(_finish(run, "throughput", repeat, load))
+                    bench.log(f"  -> {_fmt(runs[-1])}")
+            for i, rate in enumerate(rates):
+                for mode in _order(repeat + i):
+                    bench.log(f"delivery: {mode} at {rate:,.0f} records/s for {warmup_s:.0f}+{duration_s:.0f}s")
+                    with LoadWatch() as load:
+                        run = _latency_run(
+                            bench, "strait", rate, duration_s, warmup_s, partitions, latency_size, 1, delivery=mode
+                        )
+                    runs.append(_finish(run, "latency", repeat, load))
+                    bench.log(f"  -> {_fmt(runs[-1])}")
+    return {
+        "scenario": "delivery",
+        "params": {
+            "sizes": list(sizes),
+            "records": records,
+            "partitions": partitions,
+            "rates": list(rates),
+            "duration_s": duration_s,
+            "warmup_s": warmup_s,
+            "latency_size": latency_size,
+            "workers": 1,
+            "reader_isolation": "read_committed",
+            "repeats": repeats,
+        },
+        "load": overall.summary(),
+        "runs": runs,
+        "ratios": delivery_ratios(runs, sizes, rates),
+        "goal_throughput_ratio": GOAL_THROUGHPUT_RATIO,
+    }
+
+
+def _order(n: int) -> tuple[str, ...]:
+    """Modes in alternating order, so neither always runs first (cold caches, a fresh sandbox)."""
+    return MODES if n % 2 == 0 else MODES[::-1]
+
+
+def _finish(run: dict[str, Any], kind: str, repeat: int, load: LoadWatch) -> dict[str, Any]:
+    run["kind"] = kind
+    run["repeat"] = repeat
+    if kind == "throughput" and run.get("copy_s"):
+        # The harness divides every record by first-to-last poll time, though the first poll already
+        # found some (for exactly-once, the whole first transaction): count only those seen after it.
+        after = run["records"] - run.get("first_count", 0)
+        if after > 0:
+            run["steady_records_per_s"] = round(after / run["copy_s"], 1)
+            run["steady_cpu_s_per_gb"] = round(run["cpu_s_copy"] / (after * run["size"] / 1e9), 1)
+    run["load"] = load.summary()
+    run["strait_log"] = log_findings(Path(run["logs"]) / "strait")
+    return run
+
+
+def log_findings(folder: Path, *, examples: int = 8) -> dict[str, Any]:
+    """Lines at WARNING or above in the Strait processes' logs: counts per level, a few distinct examples."""
+    levels: Counter[str] = Counter()
+    seen: dict[str, str] = {}
+    for path in sorted(folder.glob("*.log")) if folder.is_dir() else []:
+        for line in path.read_text(errors="replace").splitlines():
+            text, level = _classify(line)
+            if level is None:
+                continue
+            levels[level] += 1
+            key = re.sub(r"\d+", "N", text)[:160]  # one example per message shape
+            if key not in seen and len(seen) < examples:
+                seen[key] = f"{path.stem}: {text[:300]}"
+    return {"levels": dict(levels), "examples": list(seen.values())}
+
+
+def _classify(line: str) -> tuple[str, str | None]:
+    if m := _LOGGED.match(line):
+        return m["text"], m["level"]
+    if m := _RDKAFKA.match(line):
+        return m["text"], {"0": "CRITICAL", "1": "CRITICAL", "2": "CRITICAL", "3": "ERROR", "4": "WARNING"}[m["level"]]
+    if line.startswith("Traceback"):
+        return line, "TRACEBACK"
+    return line, None
+
+
+def _fmt(run: dict[str, Any]) -> str:
+    load = run["load"]
+    tail = f"; load 1m {load['min_1m']}-{load['max_1m']}; logged {run['strait_log']['levels'] or 'nothing'}"
+    if run.get("error"):
+        return f"FAILED: {run['error']}{tail}"
+    v = run.get("verify", {})
+    verdict = f"lost {v.get('lost')}, dup {v.get('duplicated')}"
+    if run["kind"] == "throughput":
+        return (
+            f"{run.get('steady_records_per_s') or 0:,.0f} rec/s ({run['records_per_s']:,.0f} all records / copy time), "
+            f"{run.get('steady_cpu_s_per_gb') or 0:.0f} CPU s/GB, {verdict}{tail}"
+        )
+    lat = run.get("latency", {})
+    return (
+        f"p50 {lat.get('p50_ms', float('nan')):.1f} ms, p99 {lat.get('p99_ms', float('nan')):.1f} ms, {verdict}{tail}"
+    )
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return None if num is None or den is None or den == 0 else round(num / den, 3)
+
+
+def delivery_ratios(runs: Sequence[dict[str, Any]], sizes: Sequence[int], rates: Sequence[float]) -> dict[str, Any]:
+    """Exactly-once / at-least-once, per record size (records/s, CPU s/GB) and per rate (p50, p99)."""
+
+    def avg(kind: str, key: str, value: float, mode: str, metric: str) -> float | None:
+        values = []
+        for r in runs:
+            if r.get("kind") != kind or r.get(key) != value or r.get("delivery") != mode or r.get("error"):
+                continue
+            figure = r.get("latency", {}).get(metric) if kind == "latency" else r.get(metric)
+            if figure is not None:
+                values.append(figure)
+        return mean(values)
+
+    throughput = []
+    for size in sizes:
+        row: dict[str, Any] = {"size": size}
+        for metric in ("steady_records_per_s", "steady_cpu_s_per_gb", "records_per_s", "cpu_s_per_gb"):
+            alo, eo = (avg("throughput", "size", size, m, metric) for m in MODES)
+            row[f"at_least_once_{metric}"], row[f"exactly_once_{metric}"] = alo, eo
+            row[metric] = _ratio(eo, alo)
+        ratio = row["steady_records_per_s"]
+        row["meets_goal"] = None if ratio is None else ratio >= GOAL_THROUGHPUT_RATIO
+        throughput.append(row)
+    latency = []
+    for rate in rates:
+        row = {"rate": rate}
+        for metric in ("p50_ms", "p99_ms"):
+            alo, eo = (avg("latency", "rate", rate, m, metric) for m in MODES)
+            row[f"at_least_once_{metric}"], row[f"exactly_once_{metric}"] = alo, eo
+            row[metric] = _ratio(eo, alo)
+        latency.append(row)
+    return {"throughput": throughput, "latency": latency}
