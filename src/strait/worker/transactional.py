@@ -302,8 +302,15 @@ class TransactionalPipeline(RecordPipeline):
     def _fence(self, reason: str) -> None:
         log.error("pipeline %s: producer %s can write no more: %s", self.name, self._transactional_id, reason)
         self._fenced = reason
-        for state in {*self._states.values(), *self._in_txn.values()}:
+        for state in {*self._states.values(), *self._in_txn.values(), *(s for s, _ in self._draining)}:
             self._fail(state, f"fenced: {reason}")
+            # The fenced producer's open transaction is aborted: none of its records will ever
+            # be acknowledged, and none is in flight for us any more. A release must not wait
+            # for them (the producer may be replaced before they are reported).
+            tracker = state.tracker
+            durable = state.durable if state.durable is not None else (tracker.position if tracker else None)
+            if durable is not None:
+                state.tracker = AckTracker(durable)
         self._in_txn.clear()
         self._backlog.clear()
         self._txn_open = False
