@@ -16,10 +16,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # re-export not in __all__
 
 from strait import clients
@@ -133,8 +134,8 @@ class SourceCheckpoints:
         for topic in {t.topic for t in tasks}:
             self._admin.list_topics(topic, timeout=ADMIN_TIMEOUT_S)
         committed = self._committer.committed(tps, timeout=ADMIN_TIMEOUT_S)
-        earliest = self._list_offsets(tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
-        latest = self._list_offsets(tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+        earliest = list_offsets(self._admin, tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        latest = list_offsets(self._admin, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
         result: dict[PartitionTask, StartOffsets] = {}
         for task, tp in zip(tasks, committed, strict=True):
             if tp.error is not None:
@@ -157,15 +158,28 @@ class SourceCheckpoints:
         """Release the clients."""
         self._committer.close()
 
-    def _list_offsets(self, tps: list[TopicPartition], spec: OffsetSpec) -> dict[tuple[str, int], int]:
-        # read_committed: "latest" is the last stable offset, so a start from "latest" does not
-        # skip records of a transaction that is still open and commits later.
-        futures = self._admin.list_offsets(
-            {TopicPartition(tp.topic, tp.partition): spec for tp in tps},
-            isolation_level=IsolationLevel.READ_COMMITTED,
-            request_timeout=ADMIN_TIMEOUT_S,
-        )
-        return {(tp.topic, tp.partition): f.result(timeout=ADMIN_TIMEOUT_S).offset for tp, f in futures.items()}
+
+def list_offsets(admin: Any, tps: list[TopicPartition], spec: OffsetSpec) -> dict[tuple[str, int], int]:
+    """Offsets of ``spec`` per partition; raises KafkaException, also when the cluster never answers."""
+    # read_committed: "latest" is the last stable offset, so a start from "latest" does not skip
+    # records of a transaction that is still open and commits later.
+    futures = admin.list_offsets(
+        {TopicPartition(tp.topic, tp.partition): spec for tp in tps},
+        isolation_level=IsolationLevel.READ_COMMITTED,
+        request_timeout=ADMIN_TIMEOUT_S,
+    )
+    return {
+        (tp.topic, tp.partition): _result(f, ADMIN_TIMEOUT_S + 5.0, f"offsets of {tp.topic}/{tp.partition}").offset
+        for tp, f in futures.items()
+    }
+
+
+def _result(future: Future[Any], timeout_s: float, what: str) -> Any:
+    """An admin future's result; a future that never completes raises KafkaException too."""
+    try:
+        return future.result(timeout=timeout_s)
+    except TimeoutError as exc:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{what}: no answer within {timeout_s:.0f}s")) from exc
 
 
 @dataclass

@@ -17,15 +17,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from concurrent.futures import Future
 from typing import Any
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from strait import clients
 from strait.worker.checkpoint import start_offset
-from strait.worker.copier import ADMIN_TIMEOUT_S, StartOffsets
+from strait.worker.copier import ADMIN_TIMEOUT_S, StartOffsets, list_offsets
 from strait.worker.task import PartitionTask
 
 log = logging.getLogger(__name__)
@@ -141,8 +140,8 @@ class DestinationCheckpoints:
             )
             for task, tp in zip(fallback, at_source, strict=True):
                 checkpoints[task] = _checkpoint(tp)
-        earliest = _list_offsets(self._source_admin, tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
-        latest = _list_offsets(self._source_admin, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+        earliest = list_offsets(self._source_admin, tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        latest = list_offsets(self._source_admin, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
         result: dict[PartitionTask, StartOffsets] = {}
         for task in tasks:
             low, high = earliest[(task.topic, task.partition)], latest[(task.topic, task.partition)]
@@ -237,25 +236,3 @@ def _checkpoint(tp: TopicPartition) -> int | None:
     if tp.error is not None:
         raise KafkaException(tp.error)
     return tp.offset if tp.offset >= 0 else None
-
-
-def _list_offsets(admin: AdminClient, tps: list[TopicPartition], spec: OffsetSpec) -> dict[tuple[str, int], int]:
-    # Copied from SourceCheckpoints._list_offsets (plus _result). read_committed: "latest" is the last stable
-    # offset, so a start from "latest" does not skip records of a transaction that commits later.
-    futures = admin.list_offsets(
-        {TopicPartition(tp.topic, tp.partition): spec for tp in tps},
-        isolation_level=IsolationLevel.READ_COMMITTED,
-        request_timeout=ADMIN_TIMEOUT_S,
-    )
-    return {
-        (tp.topic, tp.partition): _result(f, ADMIN_TIMEOUT_S + 5.0, f"offsets of {tp.topic}/{tp.partition}").offset
-        for tp, f in futures.items()
-    }
-
-
-def _result(future: Future[Any], timeout_s: float, what: str) -> Any:
-    """An admin future's result; a future that never completes raises KafkaException too."""
-    try:
-        return future.result(timeout=timeout_s)
-    except TimeoutError as exc:
-        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{what}: no answer within {timeout_s:.0f}s")) from exc
