@@ -190,8 +190,8 @@ def test_a_frozen_worker_past_its_session_is_fenced_and_nothing_is_copied_twice(
         produced = generator.produced(topic)
         assert wait_until(
             lambda: all(len(v) >= produced[p] for p, v in _read_committed(dst, topic, partitions, 1.0).items()),
-            90,
-            interval_s=1.0,
+            180,  # a starved machine: the fenced worker rejoins and its successor catches up slowly
+            interval_s=2.0,
         )
         seqs = _read_committed(dst, topic, partitions)
     for p in range(partitions):
