@@ -42,7 +42,9 @@ def _create(props: dict[str, str], topic: str, partitions: int) -> None:
 
 
 def _produce(props: dict[str, str], topic: str, partitions: int, first: int, count: int) -> None:
-    producer = clients.producer(props, **{"linger.ms": 5})
+    # Idempotent: a retried first batch (a topic created moments ago) must not land after the
+    # next one, or the source itself would be out of order.
+    producer = clients.producer(props, **{"enable.idempotence": True, "linger.ms": 5})
     for seq in range(first, first + count):
         for partition in range(partitions):
             while True:
@@ -105,6 +107,22 @@ def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
+def _describe(seqs: dict[int, list[int]], count: int) -> str:
+    """Where each partition's read-back differs from 0..count-1: missing, repeated, first misplaced."""
+    out = []
+    for p, got in sorted(seqs.items()):
+        if got == list(range(count)):
+            continue
+        missing = sorted(set(range(count)) - set(got))
+        repeated = len(got) - len(set(got))
+        first = next((i for i, (a, b) in enumerate(zip(got, range(count), strict=False)) if a != b), None)
+        around = got[max(0, (first or 0) - 3) : (first or 0) + 8]
+        out.append(
+            f"p{p}: {len(got)} read, missing {missing[:10]}, {repeated} repeated, first wrong at {first}: {around}"
+        )
+    return "; ".join(out)
+
+
 def _checkpoints(copier: Copier, tasks: list[PartitionTask]) -> list[Any]:
     stats = copier.stats()
     return [stats[t].checkpoint if t in stats else None for t in tasks]
@@ -122,7 +140,7 @@ def test_exactly_once_copy_commits_records_and_checkpoints_together(
     copier.assign(tasks)
     _wait(lambda: _checkpoints(copier, tasks) == [count] * partitions, 90, "checkpoints at the end")
     seqs = _read_committed(dst, topic, partitions)
-    assert all(seqs[p] == list(range(count)) for p in range(partitions)), {p: len(s) for p, s in seqs.items()}
+    assert all(seqs[p] == list(range(count)) for p in range(partitions)), _describe(seqs, count)
     # The checkpoints live in the destination group, committed by the same transactions.
     consumer = clients.consumer(dst, **{"group.id": destination_group(route), "isolation.level": "read_committed"})
     committed = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
@@ -152,7 +170,7 @@ def test_a_fenced_owner_writes_nothing_more_and_its_successor_copies_exactly_onc
     assert {t: s.records for t, s in zombie.stats().items()} == frozen, "the fenced owner kept writing"
     seqs = _read_committed(dst, topic, partitions)
     for p in range(partitions):
-        assert seqs[p] == list(range(4000)), f"partition {p}: {len(seqs[p])} records, {len(set(seqs[p]))} distinct"
+        assert seqs[p] == list(range(4000)), _describe({p: seqs[p]}, 4000)
 
 
 def test_a_frozen_worker_past_its_session_is_fenced_and_nothing_is_copied_twice(

@@ -14,6 +14,7 @@ from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 from strait import clients
 from strait.fencing import FenceError, fence, transactional_id
 from strait.sandbox import Sandbox
+from strait.worker.pipeline import client_call
 
 pytestmark = pytest.mark.integration
 
@@ -121,6 +122,30 @@ def test_fence_aborts_the_open_transaction_and_fences_the_zombie(sandbox: Sandbo
     owner.commit_transaction(30)
     assert _read(dst, topic, "read_committed") == [b"committed", b"owner"]
     checkpoints.close()
+
+
+def test_a_fenced_producers_flush_fails_as_a_kafka_exception(sandbox: Sandbox) -> None:
+    """confluent-kafka 2.16 raises this fatal error from flush() as a bare KafkaError object (no
+    exception class: `except Exception` misses it and a pipeline thread died of it);
+    client_call turns it into the KafkaException the pipelines handle."""
+    dst = sandbox.clusters["dst"].props()
+    topic = _name("fenced-flush")
+    _create_topic(dst, topic)
+    tid = transactional_id(_name("route"), "w1", "realtime")
+    zombie = clients.producer(dst, **{"transactional.id": tid, "linger.ms": 50})
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"before", partition=0)
+    assert zombie.flush(30) == 0
+    fence(dst, [tid], timeout_s=30)
+    reports: list[object] = []
+    for _ in range(10):
+        # A delivery callback that does not call into the client: the bare-object path.
+        zombie.produce(topic, b"late", partition=0, on_delivery=lambda err, _msg: reports.append(err))
+    with pytest.raises(KafkaException) as info:
+        client_call(zombie.flush, 10)
+    assert info.value.args[0].fatal()
+    assert len(reports) == 10
 
 
 def test_fence_fails_loudly_when_the_destination_is_unreachable() -> None:

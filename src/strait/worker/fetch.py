@@ -40,6 +40,7 @@ from strait.worker.pipeline import (
     WATERMARK_REFRESH_S,
     PartitionState,
     PipelineSettings,
+    client_call,
     delivery_error_is_permanent,
     describe_error,
 )
@@ -168,6 +169,12 @@ class RecordPipeline:
     def release(self, state: PartitionState) -> threading.Event:
         """Stop fetching the partition; the event is set once nothing of it is in flight."""
         done = threading.Event()
+        if self._thread.ident is not None and not self._thread.is_alive():
+            # The loop ended (stopped or crashed) and flushed what it could: nothing will ever
+            # serve the command, and a revoke waiting for it would hold the partition forever.
+            state.fetching = False
+            done.set()
+            return done
         self._commands.put(partial(self._release, state, done))
         return done
 
@@ -209,7 +216,7 @@ class RecordPipeline:
         blocked = self._produce_backlog()
         # A full producer queue: wait a little for acknowledgements, then run commands (a
         # revoke must not wait for the backlog) before producing again.
-        self._producer.poll(0.05 if blocked else 0)
+        client_call(self._producer.poll, 0.05 if blocked else 0)
         self._after_poll()
         self._finish_releases()
         self._rewind_due()
@@ -263,7 +270,7 @@ class RecordPipeline:
         self._draining.clear()
 
     def _flush_on_stop(self, timeout_s: float) -> int:
-        return int(self._producer.flush(timeout_s))
+        return int(client_call(self._producer.flush, timeout_s))
 
     def _run_commands(self) -> None:
         while True:

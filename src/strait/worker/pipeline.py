@@ -8,14 +8,43 @@ implement it over the same fetch loop.
 
 from __future__ import annotations
 
+import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from strait.worker.checkpoint import AckTracker
 from strait.worker.task import PartitionTask
+
+T = TypeVar("T")
+
+
+def client_call(method: Callable[..., T], *args: Any) -> T:
+    """Call a producer's ``poll``/``flush``; any client error comes out as ``KafkaException``.
+
+    confluent-kafka 2.16 raises a fatal producer error (a fenced transactional producer, an
+    idempotent producer's broken sequence) from ``flush()`` as the ``KafkaError`` object itself,
+    which is no exception class: ``except Exception`` misses it and the pipeline thread dies
+    silently (seen on a worker woken from SIGSTOP). When a delivery callback called into the
+    client in the same call, it arrives as ``SystemError`` caused by the ``KafkaException``.
+    """
+    try:
+        return method(*args)
+    except KafkaException:
+        raise
+    except SystemError as exc:
+        if isinstance(exc.__cause__, KafkaException):
+            raise exc.__cause__ from None
+        raise
+    except:  # the only way to catch a raised non-exception object
+        value = sys.exc_info()[1]
+        if isinstance(value, KafkaError):
+            raise KafkaException(value) from None
+        raise
+
 
 # Delivery errors that say the destination topic or partition is gone: retrying cannot help,
 # and re-creating the topic behind the operator's back would hide the deletion.

@@ -27,7 +27,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from strait import clients
 from strait.worker.checkpoint import AckTracker
 from strait.worker.fetch import Key, RecordPipeline
-from strait.worker.pipeline import PartitionState, delivery_error_is_permanent, describe_error
+from strait.worker.pipeline import PartitionState, client_call, delivery_error_is_permanent, describe_error
 from strait.worker.transactional_checkpoints import group_metadata, transaction_offsets
 
 log = logging.getLogger(__name__)
@@ -106,12 +106,6 @@ class TransactionalPipeline(RecordPipeline):
         except KafkaException as exc:
             # A transactional producer raises its fatal errors (fenced) from poll() as well.
             self._on_transaction_error(exc.args[0], "serving acknowledgements")
-        except SystemError as exc:
-            # confluent-kafka wraps that error in SystemError when a delivery callback ran in
-            # the same poll() or flush().
-            if not isinstance(exc.__cause__, KafkaException):
-                raise
-            self._on_transaction_error(exc.__cause__.args[0], "serving acknowledgements")
 
     def _add(self, state: PartitionState, offset: int) -> None:
         if self._fenced is not None:
@@ -237,12 +231,7 @@ class TransactionalPipeline(RecordPipeline):
                 self._txn_open = True
             # Every record of the transaction acknowledged (or failed) first: the offsets sent
             # with it must be exactly the end of what it holds.
-            try:
-                self._producer.flush(TRANSACTION_TIMEOUT_S)
-            except SystemError as exc:  # see _step
-                if isinstance(exc.__cause__, KafkaException):
-                    raise exc.__cause__ from None
-                raise
+            client_call(self._producer.flush, TRANSACTION_TIMEOUT_S)
             if self._abort_needed or any(
                 s.tracker is None or s.tracker.in_flight or s.tracker.blocked for s in self._in_txn.values()
             ):
