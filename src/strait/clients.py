@@ -8,6 +8,9 @@ so TLS/SASL settings configured for a cluster reach every client made for it.
 
 from __future__ import annotations
 
+import logging
+import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +18,13 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 ClusterProps = Mapping[str, Any]
+
+# librdkafka's own log lines (connection refused, authentication failed...) go through Python
+# logging under this name, not raw onto stderr: a person's terminal shows them formatted like
+# Strait's, they can be filtered by level, and secrets in them are masked (strait.secrets).
+LIBRDKAFKA_LOG = logging.getLogger("strait.librdkafka")
+# How often admin clients' queued log lines are handed to Python logging.
+_ADMIN_LOG_PUMP_S = 1.0
 
 # librdkafka names -> kafka-python keyword names, for the security settings that both support.
 _KAFKA_PYTHON_KEYS = {
@@ -35,12 +45,51 @@ _KAFKA_PYTHON_KEYS = {
 def _merge(props: ClusterProps, overrides: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(props)
     merged.update(overrides)
+    merged.setdefault("logger", LIBRDKAFKA_LOG)
     return merged
+
+
+class _AdminLogPump:
+    """Serves the log queues of live admin clients.
+
+    With a Python logger, librdkafka queues its log lines until the client is polled; consumers
+    and producers are polled by their loops, admin clients never are. One daemon thread polls
+    them all (poll(0) only serves logs and callbacks; admin results have their own queue).
+    """
+
+    def __init__(self) -> None:
+        self._clients: weakref.WeakSet[AdminClient] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, client: AdminClient) -> None:
+        with self._lock:
+            self._clients.add(client)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="strait-librdkafka-logs", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            threading.Event().wait(_ADMIN_LOG_PUMP_S)
+            with self._lock:
+                clients = list(self._clients)
+            for client in clients:
+                try:
+                    client.poll(0)
+                except Exception:  # a client being torn down: nothing to serve
+                    LIBRDKAFKA_LOG.debug("serving an admin client's logs failed", exc_info=True)
+            del clients
+
+
+_pump = _AdminLogPump()
 
 
 def admin(props: ClusterProps, **overrides: Any) -> AdminClient:
     """A librdkafka admin client for a cluster."""
-    return AdminClient(_merge(props, overrides))
+    client = AdminClient(_merge(props, overrides))
+    _pump.add(client)
+    return client
 
 
 def consumer(props: ClusterProps, **overrides: Any) -> Consumer:

@@ -8,6 +8,9 @@ Environment variables override the file: ``STRAIT_ZOOKEEPER__CONNECT=host:2181``
 ``zookeeper.connect``; a double underscore separates levels. Values are
 text converted to the key's type, so ``STRAIT_CONTROLLER__REFRESH_INTERVAL_S=2`` is a
 number; ``null`` unsets an optional value.
+
+Any text value may reference a secret, ``${env:NAME}`` or ``${file:/path}`` (see
+:mod:`strait.secrets`), resolved once at load; secret values are masked in logs and errors.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from strait.secrets import SecretError, redact, resolve
 
 ENV_PREFIX = "STRAIT_"
 
@@ -94,12 +99,47 @@ class RouteConfig(_Model):
         return included and not any(re.fullmatch(p, topic) for p in self.exclude)
 
 
+class TlsConfig(_Model):
+    """HTTPS for an endpoint Strait serves: its certificate and key (PEM files).
+
+    ``ca`` is the certificate authority Strait's own clients (the CLI, workers calling the
+    controller) trust for it; without it they use the system's trust store.
+    """
+
+    cert: Path
+    key: Path
+    ca: Path | None = None
+
+    @model_validator(mode="after")
+    def _readable(self) -> TlsConfig:
+        for name in ("cert", "key", "ca"):
+            file = getattr(self, name)
+            if file is not None and not Path(file).is_file():
+                raise ValueError(f"{name}: no such file {file}")
+        return self
+
+    def client_verify(self) -> str | bool:
+        """What an HTTP client passes as ``verify=``."""
+        return str(self.ca) if self.ca is not None else True
+
+
 class ControllerConfig(_Model):
     """The controller's REST API and control loop."""
 
     listen: str = "127.0.0.1:9000"
     api_token: str | None = None
     refresh_interval_s: float = Field(default=10.0, gt=0)
+    # HTTPS for the REST API, the dashboard and /metrics (and the workers' /metrics).
+    tls: TlsConfig | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
+
+    @property
+    def url(self) -> str:
+        """Where this controller's API is reached by default."""
+        return f"{self.scheme}://{self.listen}"
 
     @field_validator("listen")
     @classmethod
@@ -204,9 +244,14 @@ def parse_config(raw: Mapping[str, Any], environ: Mapping[str, str], origin: str
     """Validate an already-parsed configuration mapping after applying environment overrides."""
     data = _apply_env(dict(raw), environ)
     try:
+        data = resolve(data, environ)
+    except SecretError as exc:
+        raise ConfigError(f"{origin}: {exc}") from exc
+    try:
         return StraitConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{origin}: " + "; ".join(_describe(e) for e in exc.errors())) from exc
+        # pydantic quotes the offending input: mask any secret in it.
+        raise ConfigError(redact(f"{origin}: " + "; ".join(_describe(e) for e in exc.errors()))) from None
 
 
 def _describe(error: Any) -> str:

@@ -32,7 +32,7 @@ def clusters(sandbox_factory: Callable[[SandboxSpec], Sandbox]) -> Sandbox:
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize("delivery", ["at-least-once"])
+@pytest.mark.parametrize("delivery", ["at-least-once", "exactly-once"])
 def test_a_short_chaos_run_loses_nothing(
     clusters: Sandbox, tmp_path: Path, delivery: str, record_property: Callable[[str, object], None]
 ) -> None:

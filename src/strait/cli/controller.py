@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from strait.config import ConfigError, StraitConfig, load_config
+from strait.secrets import install_log_redaction
 
 
 def controller(
@@ -24,6 +25,7 @@ def controller(
     from strait.controller.server import serve
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_log_redaction()
     serve(load_or_exit(config), controller_id=controller_id, listen=listen)
 
 

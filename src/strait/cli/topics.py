@@ -24,11 +24,13 @@ def api_call(config: Path | None, api: str | None, token: str | None, method: st
         if loaded is None:
             typer.echo("error: pass --api URL or --config FILE", err=True)
             raise typer.Exit(2)
-        api = f"http://{loaded.controller.listen}"
+        api = loaded.controller.url
     if token is None and loaded is not None:
         token = loaded.controller.api_token
+    tls = loaded.controller.tls if loaded is not None else None
+    verify = tls.client_verify() if tls is not None else True
     try:
-        return ControllerClient(api, token=token).call(method, path, **kwargs)
+        return ControllerClient(api, token=token, verify=verify).call(method, path, **kwargs)
     except ApiError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from strait.cli.controller import load_or_exit
+from strait.secrets import install_log_redaction
 
 
 def worker(
@@ -20,4 +21,5 @@ def worker(
     from strait.worker.process import run_worker
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_log_redaction()
     run_worker(load_or_exit(config), worker_id or socket.gethostname())

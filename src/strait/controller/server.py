@@ -37,7 +37,8 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
     host, _, port_text = (listen or config.controller.listen).rpartition(":")
     port = int(port_text) or free_port(host)
     identity = LeaderInfo(
-        id=controller_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}", api_url=f"http://{host}:{port}"
+        id=controller_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}",
+        api_url=f"{config.controller.scheme}://{host}:{port}",
     )
     store = connect(
         connect=config.zookeeper.connect,
@@ -78,12 +79,15 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
     app = create_app(service, api_token=config.controller.api_token)
     mount_observability(app, observatory)
     log.info("controller %s: API on %s", identity.id, identity.api_url)
+    tls = config.controller.tls
     try:
         uvicorn.run(
             app,
             host=host,
             port=port,
             log_level="warning",
+            ssl_certfile=str(tls.cert) if tls is not None else None,
+            ssl_keyfile=str(tls.key) if tls is not None else None,
         )
     finally:
         observatory.stop()

@@ -19,9 +19,11 @@ class ApiError(Exception):
 class ControllerClient:
     """Calls one controller's API; any controller answers reads and accepts writes."""
 
-    def __init__(self, base_url: str, *, token: str | None = None, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, base_url: str, *, token: str | None = None, timeout_s: float = 30.0, verify: str | bool = True
+    ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s)
+        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s, verify=verify)
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         """One request; the decoded JSON body (None when empty), or `ApiError`."""

@@ -38,7 +38,13 @@ def run_worker(config: StraitConfig, worker_id: str) -> None:
             delay_s = min(10.0, delay_s * 2)
     metrics = WorkerMetrics(worker_id)
     if config.observability.worker_metrics_listen is not None:
-        metrics.url = serve_metrics(metrics.registry, config.observability.worker_metrics_listen)
+        tls = config.controller.tls
+        metrics.url = serve_metrics(
+            metrics.registry,
+            config.observability.worker_metrics_listen,
+            certfile=str(tls.cert) if tls is not None else None,
+            keyfile=str(tls.key) if tls is not None else None,
+        )
     agent = WorkerAgent(
         config=config,
         worker_id=worker_id,
