@@ -12,10 +12,14 @@ import logging
 import threading
 import weakref
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
+
+from strait import access_errors
+from strait.secrets import is_secret_key, remember
 
 ClusterProps = Mapping[str, Any]
 
@@ -45,7 +49,13 @@ _KAFKA_PYTHON_KEYS = {
 def _merge(props: ClusterProps, overrides: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(props)
     merged.update(overrides)
+    for key, value in merged.items():
+        if isinstance(value, str) and is_secret_key(key):
+            remember(value)  # masked in every log line and error message from now on
     merged.setdefault("logger", LIBRDKAFKA_LOG)
+    # A refused SASL handshake or certificate only shows here; remember it so the call that
+    # then times out can say why (strait.access_errors).
+    merged.setdefault("error_cb", partial(access_errors.on_client_error, dict(props)))
     return merged
 
 

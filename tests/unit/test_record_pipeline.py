@@ -372,6 +372,40 @@ def test_a_retriable_failure_resends_from_the_checkpoint_without_loss() -> None:
     assert state.checkpoint == 8 and state.rewinds == 1
 
 
+def test_a_missing_write_acl_waits_and_resumes_once_granted() -> None:
+    # Issue 10: a refused ACL is fixed by an operator, not by restarting Strait; the partition
+    # waits (state `retrying:`), loses nothing, and goes on from its checkpoint.
+    log = list(range(6))
+    rig = Rig({0: log})
+    state = rig.state()
+    rig.pipeline.add(state, 0)
+    rig.step()
+    rig.producer.ack(2)
+    rig.producer.fail(code=KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    assert state.error is None and state.waiting is not None
+    assert "no ACL allows this on the topic orders-copy" in state.waiting
+    assert state.rewind_at is not None and 0 in rig.consumer.paused
+    assert state.checkpoint == 2
+    state.rewind_at = 0.0  # the ACL was granted; skip the back-off
+    rig.settle()
+    assert rig.copied() == log and state.checkpoint == 6 and state.waiting is None
+
+
+def test_a_source_read_refused_by_acl_waits_instead_of_failing() -> None:
+    rig = Rig({0: list(range(4))})
+    state = rig.state()
+    rig.pipeline.add(state, 0)
+    rig.pipeline._run_commands()
+    rig.pipeline._on_fetch_error(
+        FakeMessage(TOPIC, 0, -1, KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)),  # type: ignore[arg-type]
+        KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED),
+    )
+    assert state.error is None and state.waiting is not None and "topic orders" in state.waiting
+    state.rewind_at = 0.0
+    rig.settle()
+    assert rig.copied() == [0, 1, 2, 3] and state.waiting is None
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_random_interleavings_never_lose_a_record(seed: int) -> None:
     """Releases, re-adds, back-pressure, failures and source gaps in a seeded random order."""

@@ -17,7 +17,6 @@ from strait.worker.task import PartitionTask
         KafkaError._UNKNOWN_TOPIC,
         KafkaError._UNKNOWN_PARTITION,
         KafkaError.MSG_SIZE_TOO_LARGE,
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
         KafkaError.INVALID_RECORD,
     ],
 )
@@ -33,6 +32,11 @@ def test_permanent_failures_stop_the_partition(code: int) -> None:
         KafkaError.REQUEST_TIMED_OUT,
         KafkaError._TRANSPORT,
         KafkaError.NOT_LEADER_FOR_PARTITION,
+        # The cluster refused us: an operator grants the ACL or fixes the credentials, and the
+        # partition goes on from its checkpoint (after ACCESS_RETRY_S).
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError._SSL,
     ],
 )
 def test_transient_failures_are_sent_again(code: int) -> None:

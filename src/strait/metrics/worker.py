@@ -22,7 +22,7 @@ from strait.metrics.histogram import BucketCounts
 from strait.metrics.stages import RouteObserver
 
 PARTITION_LABELS = ["route", "topic", "partition"]
-PARTITION_STATES = ("ok", "starting", "moving", "draining", "failed")
+PARTITION_STATES = ("ok", "starting", "moving", "draining", "retrying", "failed")
 
 
 class StatsSource(Protocol):

@@ -24,6 +24,7 @@ from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPar
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # re-export not in __all__
 
 from strait import clients
+from strait.access_errors import explain
 from strait.metrics.stages import CopyObserver
 from strait.worker.checkpoint import checkpoint_violation, start_offset
 from strait.worker.destination import DestinationError, DestinationTopics
@@ -239,6 +240,7 @@ class Copier:
         self.group_id = group_id
         self.worker_id = worker_id
         self._commit_interval_s = commit_interval_s
+        self._source_props, self._destination_props = source, destination
         self._catchup_lag_threshold = catchup_lag_threshold
         self._observer = observer
         self._destinations: DestinationManager = destinations or DestinationTopics(
@@ -533,8 +535,11 @@ class Copier:
             needed = max(e.state.task.partition for e in group) + 1
             try:
                 self._destinations.ensure(topic, destination_topic, min_partitions=needed)
-            except (DestinationError, KafkaException) as exc:
+            except DestinationError as exc:
                 self._retry_later(group, str(exc))
+                continue
+            except KafkaException as exc:
+                self._retry_later(group, explain(self._destination_props, exc, destination_topic))
                 continue
             ready.extend(group)
         if not ready:
@@ -542,7 +547,7 @@ class Copier:
         try:
             starts = self._checkpoints.start_offsets([e.state.task for e in ready])
         except KafkaException as exc:
-            self._retry_later(ready, f"reading checkpoints: {exc}")
+            self._retry_later(ready, f"reading checkpoints: {explain(self._source_props, exc, self.group_id)}")
             return
         fresh: list[_Entry] = []
         for entry in ready:
@@ -638,6 +643,8 @@ class Copier:
         checkpoint = state.checkpoint
         if state.error is not None:
             status = f"failed:{state.error}"
+        elif state.waiting is not None:
+            status = f"retrying:{state.waiting}"
         elif entry.phase == "starting":
             status = f"failed:{entry.start_error}" if entry.start_error else "starting"
         elif entry.revoke_deadline is not None:

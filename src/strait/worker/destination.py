@@ -28,6 +28,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from strait import clients
+from strait.access_errors import explain
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class DestinationTopics:
         replication_factor: int | None = None,
         timeout_s: float = 30.0,
     ) -> None:
+        self._source_props, self._destination_props = dict(source), dict(destination)
         self._source = clients.admin(source)
         self._destination = clients.admin(destination)
         self._replication_factor = replication_factor
@@ -109,7 +111,8 @@ class DestinationTopics:
             try:
                 count = self._ensure(source_topic, destination_topic)
             except KafkaException as exc:
-                raise DestinationError(f"destination topic {destination_topic!r}: {_reason(exc)}") from exc
+                reason = explain(self._destination_props, exc, destination_topic)
+                raise DestinationError(f"destination topic {destination_topic!r}: {reason}") from exc
             self._ensured[destination_topic] = count
             return count
 
@@ -119,7 +122,11 @@ class DestinationTopics:
             self._ensured.pop(destination_topic, None)
 
     def _ensure(self, source_topic: str, destination_topic: str) -> int:
-        wanted = _partition_count(self._source, source_topic, self._timeout_s)
+        try:
+            wanted = _partition_count(self._source, source_topic, self._timeout_s)
+        except KafkaException as exc:
+            reason = explain(self._source_props, exc, source_topic)
+            raise DestinationError(f"source topic {source_topic!r}: {reason}") from exc
         if wanted is None:
             raise DestinationError(f"source topic {source_topic!r} does not exist")
         have = _partition_count(self._destination, destination_topic, self._timeout_s)
@@ -182,7 +189,11 @@ class DestinationTopics:
     def _source_configs(self, source_topic: str) -> dict[str, str]:
         resource = ConfigResource(ResourceType.TOPIC, source_topic)
         future = self._source.describe_configs([resource], request_timeout=self._timeout_s)[resource]
-        entries: dict[str, ConfigEntry] = future.result(timeout=self._timeout_s)
+        try:
+            entries: dict[str, ConfigEntry] = future.result(timeout=self._timeout_s)
+        except KafkaException as exc:
+            reason = explain(self._source_props, exc, source_topic)
+            raise DestinationError(f"source topic {source_topic!r} configs: {reason}") from exc
         return configs_to_copy(entries.values())
 
     def _broker_count(self) -> int:
@@ -206,6 +217,3 @@ def _partition_count(admin: AdminClient, topic: str, timeout_s: float) -> int | 
     return None if description is None else len(description.partitions)
 
 
-def _reason(exc: KafkaException) -> str:
-    error = exc.args[0] if exc.args else None
-    return error.str() if isinstance(error, KafkaError) else str(exc)

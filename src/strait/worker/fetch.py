@@ -32,9 +32,12 @@ from typing import Any
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message, TopicPartition
 
 from strait import clients
+from strait.access_errors import explain
 from strait.metrics.stages import DESTINATION, SOURCE, CopyObserver, client_settings
 from strait.worker.checkpoint import AckTracker, UnexpectedGap
 from strait.worker.pipeline import (
+    ACCESS_DENIED,
+    ACCESS_RETRY_S,
     REWIND_BACKOFF_S,
     SOURCE_GONE,
     WATERMARK_REFRESH_S,
@@ -80,6 +83,7 @@ class RecordPipeline:
         self._settings = settings
         self._observer = observer
         self._client_id = client_id
+        self._source_props, self._destination_props = source, destination
         self._consumer = consumer if consumer is not None else self._make_consumer(source, group_id)
         self._producer = producer if producer is not None else self._make_producer(destination)
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
@@ -492,6 +496,8 @@ class RecordPipeline:
             state.records += 1
             state.bytes += size
             state.last_progress = time.time()
+            if state.waiting is not None:
+                state.waiting = None
             return
         tracker.failed(offset)  # pins the checkpoint, whoever copies the partition now
         if delivery_error_is_permanent(error):
@@ -504,8 +510,18 @@ class RecordPipeline:
         if self._states.get(key) is not state or state.tracker is not tracker:
             return
         if state.rewind_at is None and state.error is None:
+            if error.code() in ACCESS_DENIED:
+                self._wait_for_access(state, explain(self._destination_props, error, state.task.destination_topic))
+                return
             log.warning("partition %s: delivery failed (%s), resending from checkpoint", state.task, error)
             self._begin_rewind(state, REWIND_BACKOFF_S)
+
+    def _wait_for_access(self, state: PartitionState, reason: str) -> None:
+        """The cluster refused us: try again from the checkpoint later (an operator can fix it)."""
+        if state.waiting != reason:
+            log.error("partition %s: %s; trying again every %.0fs", state.task, reason, ACCESS_RETRY_S)
+        state.waiting = reason
+        self._begin_rewind(state, ACCESS_RETRY_S)
 
     @staticmethod
     def _produce_failure(state: PartitionState, error: KafkaError) -> str:
@@ -539,7 +555,10 @@ class RecordPipeline:
     def _on_fetch_error(self, message: Message, error: KafkaError) -> None:
         topic, partition = message.topic(), message.partition()
         state = self._states.get((topic, partition)) if topic is not None and partition is not None else None
-        if state is not None and error.code() in SOURCE_GONE:
+        if state is not None and error.code() in ACCESS_DENIED:
+            if state.rewind_at is None and state.error is None:
+                self._wait_for_access(state, explain(self._source_props, error, state.task.topic))
+        elif state is not None and error.code() in SOURCE_GONE:
             self._fail(state, f"source: {describe_error(error)}")
         elif error.code() == KafkaError._AUTO_OFFSET_RESET:
             log.warning("pipeline %s: checkpoint out of range, reset to earliest: %s", self.name, error)

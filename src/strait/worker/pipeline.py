@@ -85,9 +85,23 @@ SOURCE_GONE = frozenset(
         KafkaError.UNKNOWN_TOPIC_ID,
         KafkaError._UNKNOWN_TOPIC,
         KafkaError._UNKNOWN_PARTITION,
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
     }
 )
+
+# The cluster refused us: a missing ACL, failed authentication or TLS. An operator fixes these
+# without touching Strait (grants the ACL, rotates the password), so the partition waits and
+# tries again instead of stopping for good; nothing is skipped meanwhile.
+ACCESS_DENIED = frozenset(
+    {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError._AUTHENTICATION,
+        KafkaError._SSL,
+    }
+)
+ACCESS_RETRY_S = 10.0
 
 REWIND_BACKOFF_S = 1.0
 WATERMARK_REFRESH_S = 0.5
@@ -97,6 +111,8 @@ def delivery_error_is_permanent(error: KafkaError) -> bool:
     """True if a failed delivery must stop its partition instead of being sent again."""
     if error.code() in DESTINATION_GONE:
         return True
+    if error.code() in ACCESS_DENIED:
+        return False
     return error.fatal() or error.code() not in TRANSIENT_DELIVERY_ERRORS
 
 
@@ -127,6 +143,8 @@ class PartitionState:
         self.rewind_at: float | None = None
         self.rewinds = 0
         self.skipped = 0
+        # Why the partition waits to try again (the cluster refused us); cleared by progress.
+        self.waiting: str | None = None
         # Exactly-once pipelines only: the end of the records whose transaction committed.
         # Acknowledged records of an open transaction may still be aborted, so the checkpoint
         # is this, not the tracker's acknowledged position.

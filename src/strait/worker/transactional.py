@@ -25,9 +25,17 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from strait import clients
+from strait.access_errors import explain
 from strait.worker.checkpoint import AckTracker
 from strait.worker.fetch import Key, RecordPipeline
-from strait.worker.pipeline import PartitionState, client_call, delivery_error_is_permanent, describe_error
+from strait.worker.pipeline import (
+    ACCESS_DENIED,
+    ACCESS_RETRY_S,
+    PartitionState,
+    client_call,
+    delivery_error_is_permanent,
+    describe_error,
+)
 from strait.worker.transactional_checkpoints import group_metadata, transaction_offsets
 
 log = logging.getLogger(__name__)
@@ -180,7 +188,12 @@ class TransactionalPipeline(RecordPipeline):
         if error.fatal() or error.code() in FATAL_CODES:
             self._fence(describe_error(error))
             return
-        if delivery_error_is_permanent(error) and error.code() != KafkaError._PURGE_QUEUE:
+        if error.code() in ACCESS_DENIED and state.error is None:
+            reason = explain(self._destination_props, error, state.task.destination_topic)
+            if state.waiting != reason:
+                log.error("partition %s: %s; trying again every %.0fs", state.task, reason, ACCESS_RETRY_S)
+            state.waiting = reason  # the abort below restarts it after ACCESS_RETRY_S
+        elif delivery_error_is_permanent(error) and error.code() != KafkaError._PURGE_QUEUE:
             self._fail(state, self._produce_failure(state, error))
         if not self._abort_needed:
             log.warning("partition %s: delivery failed (%s); aborting the transaction", state.task, error)
@@ -274,6 +287,12 @@ class TransactionalPipeline(RecordPipeline):
         state.rewinds += 1
         state.rewind_at = None
         if self._states.get(key) is state and state.fetching:
+            if state.waiting is not None:
+                # Refused by the cluster: the loop's rewind seeks to the checkpoint later.
+                self._purge(key)
+                self._consumer.pause([state.tp])
+                state.rewind_at = time.monotonic() + ACCESS_RETRY_S
+                return
             self._reposition(key, durable)
             self._consumer.seek(TopicPartition(key[0], key[1], durable))
             self._consumer.resume([state.tp])
