@@ -5,6 +5,7 @@ Reads the controller's `/observability`, the same figures the web dashboard show
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,12 @@ def status(
     token: str | None = TOKEN_OPTION,
     watch: bool = typer.Option(False, "--watch", "-w", help="Refresh every few seconds until Ctrl-C."),
     interval_s: float = typer.Option(2.0, "--interval", help="Seconds between refreshes with --watch."),
+    as_json: bool = typer.Option(False, "--json", help="Print the controller's full view as one JSON object."),
 ) -> None:
     """Workers, routes, lag, latency, stuck partitions and balancing, at a glance."""
+    if as_json:
+        typer.echo(json.dumps(api_call(config, api, token, "GET", "/observability", params={"partitions": "true"})))
+        return
     if not watch:
         Console().print(render(api_call(config, api, token, "GET", "/observability")))
         return

@@ -27,6 +27,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from strait import clients
 from strait.access_errors import explain
 from strait.worker.checkpoint import AckTracker
+from strait.worker.deadline import CallHung, DeadlineRunner
 from strait.worker.fetch import Key, RecordPipeline
 from strait.worker.pipeline import (
     ACCESS_DENIED,
@@ -41,6 +42,8 @@ from strait.worker.transactional_checkpoints import group_metadata, transaction_
 log = logging.getLogger(__name__)
 
 TRANSACTION_TIMEOUT_S = 60.0
+# A transaction call still blocked this long after its own timeout never returns.
+HUNG_AFTER_S = TRANSACTION_TIMEOUT_S + 10.0
 # The producer is done for: produce() reports a fatal state as _FATAL without the fatal flag.
 FATAL_CODES = frozenset({KafkaError._FENCED, KafkaError._FATAL, KafkaError.PRODUCER_FENCED})
 
@@ -72,6 +75,8 @@ class TransactionalPipeline(RecordPipeline):
         self._txn_bytes = 0
         self._commit_soon = False
         self._abort_needed = False
+        self._calls = DeadlineRunner(f"strait-txn-{kwargs['name']}")
+        self._hung_producers: list[Any] = []
         super().__init__(**kwargs)
 
     # -- clients -------------------------------------------------------------------------------
@@ -251,12 +256,20 @@ class TransactionalPipeline(RecordPipeline):
                 self._abort("records of the transaction were not acknowledged")
                 return
             offsets = {s.task: s.tracker.position for s in self._in_txn.values() if s.tracker is not None}
-            self._producer.send_offsets_to_transaction(
-                transaction_offsets(offsets), self._metadata, TRANSACTION_TIMEOUT_S
+            # Both may block past their timeout when a coordinator went away (see deadline.py).
+            self._calls.call(
+                self._producer.send_offsets_to_transaction,
+                transaction_offsets(offsets),
+                self._metadata,
+                TRANSACTION_TIMEOUT_S,
+                deadline_s=HUNG_AFTER_S,
             )
-            self._producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+            self._calls.call(self._producer.commit_transaction, TRANSACTION_TIMEOUT_S, deadline_s=HUNG_AFTER_S)
         except KafkaException as exc:
             self._on_transaction_error(exc.args[0], "committing")
+            return
+        except CallHung as exc:
+            self._replace_hung_producer(str(exc))
             return
         self._txn_open = False
         self._txn_started = time.monotonic()
@@ -264,6 +277,33 @@ class TransactionalPipeline(RecordPipeline):
             if state.task in offsets:
                 state.durable = offsets[state.task]
         self._in_txn.clear()
+
+    def _replace_hung_producer(self, reason: str) -> None:
+        """A transaction call never returned: start over with a new producer of the same id.
+
+        Its ``init_transactions`` (next loop turn) fences the stuck producer and aborts the open
+        transaction, so nothing it holds can commit any more; every partition in it resumes
+        from its last committed checkpoint. The stuck producer stays referenced: a helper thread
+        is still blocked inside it.
+        """
+        log.error(
+            "pipeline %s: %s (a librdkafka hang); replacing producer %s, its open transaction is aborted "
+            "and %d partition(s) resume from their checkpoints",
+            self.name,
+            reason,
+            self._transactional_id,
+            len(self._in_txn),
+        )
+        self._hung_producers.append(self._producer)
+        self._producer = self._make_producer(self._destination_props)
+        self._initialised = False
+        self._txn_open = False
+        self._abort_needed = False
+        self._txn_started = time.monotonic()
+        for key, state in list(self._in_txn.items()):
+            self._restart_from_durable(key, state)
+        self._in_txn.clear()
+        self._finish_releases()
 
     def _abort(self, reason: str) -> None:
         log.warning("pipeline %s: aborting the transaction (%s); resending from the checkpoints", self.name, reason)
