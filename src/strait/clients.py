@@ -12,10 +12,11 @@ import logging
 import threading
 import weakref
 from collections.abc import Mapping
+from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from strait import access_errors
@@ -129,3 +130,12 @@ def legacy_admin(props: ClusterProps, **overrides: Any) -> Any:
     options = kafka_python_options(props)
     options.update(overrides)
     return KafkaAdminClient(**options)
+
+
+def admin_result(future: Future[Any], timeout_s: float, what: str) -> Any:
+    """An admin future's result; a future that never completes raises KafkaException too
+    (a plain TimeoutError would escape every handler written for Kafka errors)."""
+    try:
+        return future.result(timeout=timeout_s)
+    except TimeoutError as exc:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{what}: no answer within {timeout_s:.0f}s")) from exc

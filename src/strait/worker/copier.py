@@ -16,11 +16,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # re-export not in __all__
 
 from strait import clients
@@ -169,18 +168,11 @@ def list_offsets(admin: Any, tps: list[TopicPartition], spec: OffsetSpec) -> dic
         isolation_level=IsolationLevel.READ_COMMITTED,
         request_timeout=ADMIN_TIMEOUT_S,
     )
+    wait_s = ADMIN_TIMEOUT_S + 5.0
     return {
-        (tp.topic, tp.partition): _result(f, ADMIN_TIMEOUT_S + 5.0, f"offsets of {tp.topic}/{tp.partition}").offset
+        (tp.topic, tp.partition): clients.admin_result(f, wait_s, f"offsets of {tp.topic}/{tp.partition}").offset
         for tp, f in futures.items()
     }
-
-
-def _result(future: Future[Any], timeout_s: float, what: str) -> Any:
-    """An admin future's result; a future that never completes raises KafkaException too."""
-    try:
-        return future.result(timeout=timeout_s)
-    except TimeoutError as exc:
-        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{what}: no answer within {timeout_s:.0f}s")) from exc
 
 
 @dataclass

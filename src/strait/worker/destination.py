@@ -151,7 +151,7 @@ class DestinationTopics:
         topic = NewTopic(destination_topic, num_partitions=partitions, replication_factor=replicas, config=configs)
         future = self._destination.create_topics([topic], request_timeout=self._timeout_s)[destination_topic]
         try:
-            future.result(timeout=self._timeout_s)
+            clients.admin_result(future, self._timeout_s, f"creating {destination_topic}")
         except KafkaException as exc:
             # Another worker of the route may have created it first; growing is checked after.
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
@@ -166,7 +166,7 @@ class DestinationTopics:
             [NewPartitions(destination_topic, partitions)], request_timeout=self._timeout_s
         )
         try:
-            futures[destination_topic].result(timeout=self._timeout_s)
+            clients.admin_result(futures[destination_topic], self._timeout_s, f"growing {destination_topic}")
         except KafkaException as exc:
             # INVALID_PARTITIONS: a concurrent grow already reached the count (checked next).
             if exc.args[0].code() != KafkaError.INVALID_PARTITIONS:
@@ -190,14 +190,16 @@ class DestinationTopics:
         resource = ConfigResource(ResourceType.TOPIC, source_topic)
         future = self._source.describe_configs([resource], request_timeout=self._timeout_s)[resource]
         try:
-            entries: dict[str, ConfigEntry] = future.result(timeout=self._timeout_s)
+            what = f"configs of {source_topic}"
+            entries: dict[str, ConfigEntry] = clients.admin_result(future, self._timeout_s, what)
         except KafkaException as exc:
             reason = explain(self._source_props, exc, source_topic)
             raise DestinationError(f"source topic {source_topic!r} configs: {reason}") from exc
         return configs_to_copy(entries.values())
 
     def _broker_count(self) -> int:
-        cluster = self._destination.describe_cluster(request_timeout=self._timeout_s).result(timeout=self._timeout_s)
+        future = self._destination.describe_cluster(request_timeout=self._timeout_s)
+        cluster = clients.admin_result(future, self._timeout_s, "describing the destination cluster")
         return len(cluster.nodes)
 
 
@@ -205,7 +207,7 @@ def _describe(admin: AdminClient, topic: str, timeout_s: float) -> Any:
     # describe_topics never auto-creates a topic, unlike a metadata request for one topic.
     future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
     try:
-        return future.result(timeout=timeout_s)
+        return clients.admin_result(future, timeout_s, f"describing {topic}")
     except KafkaException as exc:
         if exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID):
             return None

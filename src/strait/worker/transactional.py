@@ -130,6 +130,14 @@ class TransactionalPipeline(RecordPipeline):
             self._initialised = False
             self._txn_open = False
             self._in_txn.clear()
+        earlier = self._in_txn.get((state.task.topic, state.task.partition))
+        if earlier is not None and earlier is not state:
+            # The partition was let go without waiting for its transaction (a worker cut off
+            # from ZooKeeper abandons its partitions) and comes back before that transaction
+            # committed. Its records there run past the new start offset, which came from the
+            # last committed checkpoint: committing them now would copy them twice (seen in
+            # the 30-minute chaos run). Abort; every partition in it resumes from its checkpoint.
+            self._abort(f"{state.task} added again while its earlier copy was in the open transaction")
         super()._add(state, offset)
         # The start offset becomes the durable checkpoint in the next transaction, so that a
         # later owner resolves `latest` or `earliest` no more.

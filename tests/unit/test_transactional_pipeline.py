@@ -1,4 +1,8 @@
-"""A transaction call that never returns (librdkafka #5456/#5511) must not hold partitions forever."""
+"""The exactly-once pipeline around in-memory clients: what commits, and what never may.
+
+A transaction call that never returns (librdkafka #5456/#5511) must not hold partitions
+forever; a partition abandoned and added again must not commit its records twice.
+"""
 
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ class TxnProducer(FakeProducer):
         super().__init__()
         self.hang = hang
         self.calls: list[str] = []
+        self.committed: dict[int, list[int]] = {}  # what a read_committed reader sees
 
     def init_transactions(self, *_: Any) -> None:
         self.calls.append("init")
@@ -58,10 +63,14 @@ class TxnProducer(FakeProducer):
     def commit_transaction(self, *_: Any) -> None:
         self.calls.append("commit")
         self.ack()
+        for partition, offsets in self.destination.items():
+            self.committed.setdefault(partition, []).extend(offsets)
+        self.destination.clear()
 
     def abort_transaction(self, *_: Any) -> None:
         self.calls.append("abort")
         self.pending.clear()
+        self.destination.clear()  # acknowledged records of an aborted transaction never show
 
     def flush(self, timeout: float = 0) -> int:
         self.ack()
@@ -132,5 +141,44 @@ def test_after_a_hang_every_record_is_committed_once_by_the_new_producer(monkeyp
             time.sleep(0.01)
     finally:
         hang.set()
-    assert healthy.destination.get(0) == [0, 1, 2, 3, 4]
+    assert healthy.committed.get(0) == [0, 1, 2, 3, 4]
     assert state.checkpoint == 5 and state.durable == 5
+
+
+def test_a_partition_abandoned_and_added_again_never_commits_its_records_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The 30-minute chaos run: a worker cut off from ZooKeeper abandons its partitions (the
+    # copier does not wait for their release), the same session comes back and the partition
+    # is added again from the last committed checkpoint while the open transaction still holds
+    # records past it.
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    producer = TxnProducer()
+    consumer = FakeConsumer({0: list(range(5))})
+    pipeline = TransactionalPipeline(
+        transactional_id=lambda name: f"strait.r.w1.{name}",
+        checkpoint_group="strait.r",
+        transaction_interval_s=3600.0,  # only explicit commits
+        name="realtime",
+        source={},
+        destination={},
+        group_id="g",
+        client_id="c",
+        consumer=consumer,
+        producer=producer,
+    )
+    first = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(first, 0)
+    for _ in range(3):
+        pipeline._step()
+    assert producer.committed.get(0) == [0, 1, 2, 3, 4] and first.durable == 5
+    consumer.logs[0] += list(range(5, 10))
+    pipeline._step()  # 5..9 produced and acknowledged inside a transaction still open
+    assert pipeline._txn_open and first.checkpoint == 5
+    pipeline.release(first)  # abandoned: nobody waits for the release
+    second = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(second, first.durable or 0)
+    for _ in range(5):
+        pipeline._step()
+    assert producer.committed.get(0) == list(range(10)), "a record committed twice or lost"
+    assert second.durable == 10
