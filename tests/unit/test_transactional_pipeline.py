@@ -77,16 +77,8 @@ class TxnProducer(FakeProducer):
         return 0
 
 
-def test_a_hung_send_offsets_replaces_the_producer_and_resumes_from_the_checkpoint(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(transactional, "HUNG_AFTER_S", 0.2)
-    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
-    hang = threading.Event()
-    stuck = TxnProducer(hang)
-    healthy = TxnProducer()
-    consumer = FakeConsumer({0: list(range(5))})
-    pipeline = TransactionalPipeline(
+def _pipeline(consumer: FakeConsumer, producer: TxnProducer, **options: Any) -> TransactionalPipeline:
+    return TransactionalPipeline(
         transactional_id=lambda name: f"strait.r.w1.{name}",
         checkpoint_group="strait.r",
         name="realtime",
@@ -96,8 +88,21 @@ def test_a_hung_send_offsets_replaces_the_producer_and_resumes_from_the_checkpoi
         client_id="c",
         settings=PipelineSettings(batch_size=1000),
         consumer=consumer,
-        producer=stuck,
+        producer=producer,
+        **options,
     )
+
+
+def test_a_hung_send_offsets_replaces_the_producer_and_resumes_from_the_checkpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(transactional, "HUNG_AFTER_S", 0.2)
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    hang = threading.Event()
+    stuck = TxnProducer(hang)
+    healthy = TxnProducer()
+    consumer = FakeConsumer({0: list(range(5))})
+    pipeline = _pipeline(consumer, stuck)
     monkeypatch.setattr(pipeline, "_make_producer", lambda _props: healthy)
     state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
     pipeline.add(state, 0)
@@ -121,17 +126,7 @@ def test_after_a_hang_every_record_is_committed_once_by_the_new_producer(monkeyp
     monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
     hang = threading.Event()
     stuck, healthy = TxnProducer(hang), TxnProducer()
-    pipeline = TransactionalPipeline(
-        transactional_id=lambda name: f"strait.r.w1.{name}",
-        checkpoint_group="strait.r",
-        name="realtime",
-        source={},
-        destination={},
-        group_id="g",
-        client_id="c",
-        consumer=FakeConsumer({0: list(range(5))}),
-        producer=stuck,
-    )
+    pipeline = _pipeline(FakeConsumer({0: list(range(5))}), stuck)
     monkeypatch.setattr(pipeline, "_make_producer", lambda _props: healthy)
     state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
     pipeline.add(state, 0)
@@ -155,18 +150,7 @@ def test_a_partition_abandoned_and_added_again_never_commits_its_records_twice(
     monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
     producer = TxnProducer()
     consumer = FakeConsumer({0: list(range(5))})
-    pipeline = TransactionalPipeline(
-        transactional_id=lambda name: f"strait.r.w1.{name}",
-        checkpoint_group="strait.r",
-        transaction_interval_s=3600.0,  # only explicit commits
-        name="realtime",
-        source={},
-        destination={},
-        group_id="g",
-        client_id="c",
-        consumer=consumer,
-        producer=producer,
-    )
+    pipeline = _pipeline(consumer, producer, transaction_interval_s=3600.0)  # only explicit commits
     first = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
     pipeline.add(first, 0)
     for _ in range(3):
