@@ -2,8 +2,9 @@
 
 The default sandbox (clusters ``src`` and ``dst``, one broker each, two log dirs per broker,
 one ZooKeeper) starts once per test session. Tests that need another shape (several brokers,
-racks) ask ``sandbox_factory`` for one; it is stopped when their module ends. Teardown runs
-even when tests fail, so no JVM outlives the session.
+racks) ask ``sandbox_factory`` for one; it is stopped when their module ends. ``secure_sandbox``
+is a second session sandbox whose clusters need credentials. Teardown runs even when tests
+fail, so no JVM outlives the session.
 """
 
 from __future__ import annotations
@@ -25,6 +26,22 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
         yield sb
     finally:
         sb.down(keep=True)  # keep logs under pytest's tmp dir for post-mortems
+
+
+@pytest.fixture(scope="session")
+def secure_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    """ZooKeeper plus ``src`` (SASL/SCRAM-SHA-512 over TLS) and ``dst`` (mutual TLS), 1 broker and 1 log
+    dir each. ``props()`` is the least-privilege user ``strait``; ``admin_props()`` the super user."""
+    state_dir = tmp_path_factory.mktemp("secure-sandbox")
+    spec = SandboxSpec(
+        clusters=("src", "dst"), brokers=1, log_dirs=1, state_dir=state_dir,
+        security={"src": "sasl_ssl", "dst": "mtls"}, startup_timeout_s=240,
+    )
+    sb = Sandbox.up(spec)
+    try:
+        yield sb
+    finally:
+        sb.down(keep=True)
 
 
 @pytest.fixture(scope="module")

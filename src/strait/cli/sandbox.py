@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from strait.sandbox import Sandbox, SandboxError, SandboxSpec, default_state_dir
+from strait.sandbox.security import parse_option
 
 app = typer.Typer(help="Start, inspect and stop real Kafka (KRaft) clusters and a ZooKeeper on 127.0.0.1.")
 broker_app = typer.Typer(help="Fault controls for one broker: stop, kill -9, start, pause (SIGSTOP), resume.")
@@ -36,18 +37,18 @@ def _fail(exc: Exception) -> typer.Exit:
 
 def _render(description: dict[str, object]) -> None:
     table = Table(title="Strait sandbox")
-    for column in ("cluster", "bootstrap", "broker", "rack", "running", "log dirs"):
+    for column in ("cluster", "bootstrap", "security", "broker", "rack", "running", "log dirs"):
         table.add_column(column)
     clusters = description["clusters"]
     assert isinstance(clusters, dict)
     for name, cluster in clusters.items():
         for broker in cluster["brokers"]:
             table.add_row(
-                name, cluster["bootstrap"], str(broker["id"]), str(broker["rack"] or "-"),
+                name, cluster["bootstrap"], cluster["security"], str(broker["id"]), str(broker["rack"] or "-"),
                 "yes" if broker["running"] else "no", "\n".join(broker["log_dirs"]),
             )
     Console().print(table)
-    Console().print(f"ZooKeeper: {description['zookeeper']}")
+    Console().print(f"ZooKeeper: {description['zookeeper'] or '-'}")
 
 
 @app.command()
@@ -58,17 +59,28 @@ def up(
     log_dirs: Annotated[int, typer.Option("--log-dirs", help="Log dirs (disks) per broker.")] = 2,
     zookeeper_port: Annotated[int | None, typer.Option(help="ZooKeeper client port [default: a free one].")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for every broker to register.")] = 180.0,
+    security: Annotated[
+        str,
+        typer.Option(
+            help="plaintext, tls, sasl_ssl (SCRAM-SHA-512 over TLS) or mtls (client certificates), for every "
+            "cluster, or per cluster: src=sasl_ssl,dst=mtls. Secured clusters get a CA, users 'admin' (super "
+            "user) and 'strait' (only Strait's ACLs); --json shows both users' client properties.",
+        ),
+    ] = "plaintext",
+    with_zookeeper: Annotated[
+        bool, typer.Option("--zookeeper/--no-zookeeper", help="Also start a ZooKeeper (Strait's controllers need one).")
+    ] = True,
     state_dir: StateDir = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the sandbox.")] = False,
 ) -> None:
     """Start ZooKeeper and the named clusters; return once every broker answers metadata requests."""
-    spec = SandboxSpec(
-        clusters=tuple(c.strip() for c in clusters.split(",") if c.strip()),
-        brokers=brokers, racks=racks, log_dirs=log_dirs, state_dir=state_dir,
-        zookeeper_port=zookeeper_port, startup_timeout_s=timeout,
-    )
     started = time.monotonic()
     try:
+        spec = SandboxSpec(
+            clusters=tuple(c.strip() for c in clusters.split(",") if c.strip()),
+            brokers=brokers, racks=racks, log_dirs=log_dirs, state_dir=state_dir, zookeeper=with_zookeeper,
+            zookeeper_port=zookeeper_port, startup_timeout_s=timeout, security=parse_option(security),
+        )
         sandbox = Sandbox.up(spec)
     except SandboxError as exc:
         raise _fail(exc) from exc
@@ -110,10 +122,10 @@ def down(
     console.print(f"sandbox in {state_dir or default_state_dir()} stopped" + (" (data kept)" if keep else ""))
 
 
-def _broker_action(action: str, cluster: str, broker_id: int, state_dir: Path | None) -> None:
+def _broker_action(action: str, cluster: str, broker_id: int, state_dir: Path | None, **options: float) -> None:
     try:
         sandbox = Sandbox.load(state_dir)
-        getattr(sandbox, f"{action}_broker")(cluster, broker_id)
+        getattr(sandbox, f"{action}_broker")(cluster, broker_id, **options)
     except SandboxError as exc:
         raise _fail(exc) from exc
     console.print(f"broker {broker_id} of {cluster}: {action} done")
@@ -132,9 +144,14 @@ def broker_kill(cluster: str, broker_id: int, state_dir: StateDir = None) -> Non
 
 
 @broker_app.command("start")
-def broker_start(cluster: str, broker_id: int, state_dir: StateDir = None) -> None:
+def broker_start(
+    cluster: str,
+    broker_id: int,
+    state_dir: StateDir = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the broker to register.")] = 60.0,
+) -> None:
     """Start a stopped broker again (same port, same data)."""
-    _broker_action("start", cluster, broker_id, state_dir)
+    _broker_action("start", cluster, broker_id, state_dir, timeout_s=timeout)
 
 
 @broker_app.command("pause")

@@ -2,5 +2,6 @@
 
 from strait.sandbox.errors import SandboxError
 from strait.sandbox.sandbox import ClusterState, Sandbox, SandboxSpec, default_state_dir
+from strait.sandbox.security import SecurityMode
 
-__all__ = ["ClusterState", "Sandbox", "SandboxError", "SandboxSpec", "default_state_dir"]
+__all__ = ["ClusterState", "Sandbox", "SandboxError", "SandboxSpec", "SecurityMode", "default_state_dir"]

@@ -9,7 +9,9 @@ quorum to stay up.
 from __future__ import annotations
 
 import base64
+import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +43,10 @@ class BrokerLayout:
     config: Path
     log: Path
     cluster_size: int
+    # The client/inter-broker listener's name, which is also its security protocol.
+    listener: str = "PLAINTEXT"
+    controller_protocol: str = "PLAINTEXT"
+    security: tuple[str, ...] = ()  # server.properties lines of a secured cluster (sandbox.security)
 
     @property
     def is_controller(self) -> bool:
@@ -54,9 +60,10 @@ def write_config(layout: BrokerLayout) -> Path:
         f"node.id={layout.node_id}",
         f"controller.quorum.voters=1@127.0.0.1:{layout.controller_port}",
         "controller.listener.names=CONTROLLER",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "inter.broker.listener.name=PLAINTEXT",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{layout.port}",
+        f"listener.security.protocol.map={layout.listener}:{layout.listener},CONTROLLER:{layout.controller_protocol}",
+        # Brokers replicate over the same (secured) listener clients use.
+        f"inter.broker.listener.name={layout.listener}",
+        f"advertised.listeners={layout.listener}://127.0.0.1:{layout.port}",
         f"log.dirs={','.join(str(d) for d in layout.log_dirs)}",
         "num.network.threads=2",
         "num.io.threads=2",
@@ -83,21 +90,27 @@ def write_config(layout: BrokerLayout) -> Path:
     if layout.is_controller:
         lines += [
             "process.roles=broker,controller",
-            f"listeners=PLAINTEXT://127.0.0.1:{layout.port},CONTROLLER://127.0.0.1:{layout.controller_port}",
+            f"listeners={layout.listener}://127.0.0.1:{layout.port},CONTROLLER://127.0.0.1:{layout.controller_port}",
         ]
     else:
-        lines += ["process.roles=broker", f"listeners=PLAINTEXT://127.0.0.1:{layout.port}"]
+        lines += ["process.roles=broker", f"listeners={layout.listener}://127.0.0.1:{layout.port}"]
     if layout.rack is not None:
         lines.append(f"broker.rack={layout.rack}")
+    lines += layout.security
     for directory in layout.log_dirs:
         directory.mkdir(parents=True, exist_ok=True)
     layout.config.parent.mkdir(parents=True, exist_ok=True)
-    layout.config.write_text("\n".join(lines) + "\n")
+    # 0600: a secured broker's file holds its inter-broker password.
+    fd = os.open(layout.config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write("\n".join(lines) + "\n")
     return layout.config
 
 
-def format_args(config: Path, cluster_id: str) -> list[str]:
-    return ["format", "-t", cluster_id, "-c", str(config), "--ignore-formatted"]
+def format_args(config: Path, cluster_id: str, scram: Sequence[str] = ()) -> list[str]:
+    """StorageTool arguments; ``scram`` holds ``--add-scram`` values (users created at format time)."""
+    extra = [arg for credential in scram for arg in ("--add-scram", credential)]
+    return ["format", "-t", cluster_id, "-c", str(config), "--ignore-formatted", *extra]
 
 
 LOG4J2 = """\

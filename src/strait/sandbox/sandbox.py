@@ -4,6 +4,10 @@ Everything the sandbox starts is recorded in ``state.json`` in its state folder,
 process (``strait sandbox status|down|broker kill ...``) can find and stop exactly those
 processes. Start-up either completes (every broker registered, metadata answered) or stops
 whatever it already started and raises one error that names the cause and the log file.
+
+Clusters may be secured (``SandboxSpec.security``, see ``sandbox.security``): then ``props()``
+is the least-privilege user ``strait``, granted Strait's ACLs at start-up, and ``admin_props()``
+the super user the sandbox itself works with.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from strait.sandbox import artifacts, kafka, ports, process, zookeeper
+from strait.sandbox import artifacts, kafka, ports, process, security, zookeeper
 from strait.sandbox.errors import SandboxError
+from strait.sandbox.security import Credentials, SecurityMode
 
 STATE_FILE = "state.json"
 
@@ -41,6 +47,12 @@ class SandboxSpec:
     zookeeper_port: int | None = None
     startup_timeout_s: float = 180.0
     broker_heap: str = "384m"
+    # One mode for every cluster, or {cluster: mode} (others plaintext); see sandbox.security.
+    security: str | Mapping[str, str] = "plaintext"
+
+    def security_modes(self) -> dict[str, SecurityMode]:
+        """Each cluster's security mode."""
+        return security.modes_for(self.clusters, self.security)
 
     def validate(self) -> None:
         if not self.clusters:
@@ -56,6 +68,7 @@ class SandboxSpec:
             raise SandboxError(f"--racks must be between 0 and the broker count ({self.brokers}), got {self.racks}")
         if self.log_dirs < 1:
             raise SandboxError(f"--log-dirs must be at least 1, got {self.log_dirs}")
+        self.security_modes()
 
 
 @dataclass
@@ -75,14 +88,22 @@ class ClusterState:
     name: str
     cluster_id: str
     brokers: list[BrokerState] = field(default_factory=list)
+    security: SecurityMode = SecurityMode.PLAINTEXT
+    # Never shown by repr: it holds the passwords.
+    credentials: Credentials | None = field(default=None, repr=False, compare=False)
 
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{b.port}" for b in self.brokers)
 
     def props(self) -> dict[str, str]:
-        """librdkafka properties for a client of this cluster."""
-        return {"bootstrap.servers": self.bootstrap}
+        """librdkafka properties for Strait on this cluster: on a secured cluster, the
+        least-privilege user ``strait`` (holding only the ACLs of strait.security.acls)."""
+        return security.client_props(self.security, self.bootstrap, self.credentials, security.STRAIT)
+
+    def admin_props(self) -> dict[str, str]:
+        """librdkafka properties for the super user ``admin`` (the same as props() when plaintext)."""
+        return security.client_props(self.security, self.bootstrap, self.credentials, security.ADMIN)
 
     def broker(self, broker_id: int) -> BrokerState:
         for broker in self.brokers:
@@ -128,6 +149,10 @@ class Sandbox:
         zk_cp = artifacts.classpath("zookeeper") if spec.zookeeper else ""
         (state_dir / "log4j2.properties").write_text(kafka.LOG4J2)
         sandbox = cls(state_dir, None, {})
+        modes = spec.security_modes()
+        credentials = None
+        if any(m.secured for m in modes.values()):
+            credentials = Credentials.create(state_dir / security.SECURITY_DIR, run=state_dir.name)
         try:
             if spec.zookeeper:
                 zk_port = spec.zookeeper_port or ports.free_port()
@@ -135,8 +160,8 @@ class Sandbox:
                 zk_dir = state_dir / "zookeeper"
                 cfg = zookeeper.write_config(zk_dir, zk_port)
                 sandbox.zk = ZooKeeperState(port=zk_port, config=str(cfg), log=str(zk_dir / "zookeeper.log"))
-            for name in spec.clusters:
-                sandbox.clusters[name] = sandbox._layout_cluster(name, spec)
+            for name, mode in modes.items():
+                sandbox.clusters[name] = sandbox._layout_cluster(name, spec, mode, credentials)
             sandbox._save()
             sandbox._format_all(kafka_cp)
             if sandbox.zk is not None:
@@ -146,6 +171,9 @@ class Sandbox:
                     sandbox._spawn_broker(cluster, broker, kafka_cp, spec.broker_heap)
             sandbox._save()
             sandbox._wait_ready(spec.startup_timeout_s)
+            for cluster in sandbox.clusters.values():
+                if cluster.security.authorizes:
+                    sandbox._grant_strait_acls(cluster)
         except BaseException:
             sandbox.stop_all()
             raise
@@ -162,14 +190,25 @@ class Sandbox:
         zk = ZooKeeperState(**raw["zookeeper"]) if raw.get("zookeeper") else None
         clusters = {
             name: ClusterState(
-                name=name, cluster_id=c["cluster_id"], brokers=[BrokerState(**b) for b in c["brokers"]]
+                name=name,
+                cluster_id=c["cluster_id"],
+                brokers=[BrokerState(**b) for b in c["brokers"]],
+                security=security.mode(c.get("security", "plaintext")),
             )
             for name, c in raw["clusters"].items()
         }
+        if any(c.security.secured for c in clusters.values()):
+            credentials = Credentials.load(state_dir / security.SECURITY_DIR)
+            for cluster in clusters.values():
+                if cluster.security.secured:
+                    cluster.credentials = credentials
         return cls(state_dir, zk, clusters)
 
-    def _layout_cluster(self, name: str, spec: SandboxSpec) -> ClusterState:
-        cluster = ClusterState(name=name, cluster_id=kafka.new_cluster_id())
+    def _layout_cluster(
+        self, name: str, spec: SandboxSpec, mode: SecurityMode, credentials: Credentials | None
+    ) -> ClusterState:
+        credentials = credentials if mode.secured else None
+        cluster = ClusterState(name=name, cluster_id=kafka.new_cluster_id(), security=mode, credentials=credentials)
         controller_port = ports.free_port()
         taken = {controller_port}
         for node_id in range(1, spec.brokers + 1):
@@ -196,6 +235,7 @@ class Sandbox:
 
     @staticmethod
     def _layout(cluster: ClusterState, broker: BrokerState, size: int) -> kafka.BrokerLayout:
+        mode = cluster.security
         return kafka.BrokerLayout(
             node_id=broker.id,
             port=broker.port,
@@ -205,19 +245,26 @@ class Sandbox:
             config=Path(broker.config),
             log=Path(broker.log),
             cluster_size=size,
+            listener=mode.protocol,
+            controller_protocol=mode.controller_protocol,
+            security=tuple(security.broker_settings(mode, cluster.credentials)),
         )
 
     def _format_all(self, kafka_cp: str) -> None:
         # StorageTool is a JVM start each; run them side by side to keep start-up short.
         running: list[tuple[subprocess.Popen[bytes], BrokerState]] = []
         for cluster in self.clusters.values():
+            scram: list[str] = []
+            if cluster.security is SecurityMode.SASL_SSL:
+                assert cluster.credentials is not None
+                scram = security.scram_arguments(cluster.credentials)
             for broker in cluster.brokers:
                 Path(broker.log).parent.mkdir(parents=True, exist_ok=True)
                 log = open(broker.log, "ab")  # noqa: SIM115 - closed below once the tool exits
                 cmd = [
                     process.java_binary(), "-Xmx128m", *process.JVM_OPTIONS, "-cp", kafka_cp,
                     f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
-                    kafka.STORAGE_TOOL, *kafka.format_args(Path(broker.config), cluster.cluster_id),
+                    kafka.STORAGE_TOOL, *kafka.format_args(Path(broker.config), cluster.cluster_id, scram),
                 ]
                 proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
                 log.close()
@@ -275,7 +322,7 @@ class Sandbox:
         from strait import clients
 
         # log_level 0: connection refusals while brokers boot are expected, not worth printing.
-        client = clients.admin(cluster.props(), **{"socket.timeout.ms": 2000, "log_level": 0})
+        client = clients.admin(cluster.admin_props(), **{"socket.timeout.ms": 2000, "log_level": 0})
         wanted = {b.id for b in cluster.brokers}
         while True:
             for broker in cluster.brokers:
@@ -296,6 +343,17 @@ class Sandbox:
                 raise SandboxError(f"cluster {cluster.name!r} was not ready in time; see {late}")
             time.sleep(0.3)
 
+    def _grant_strait_acls(self, cluster: ClusterState) -> None:
+        from strait import clients
+        from strait.security import acls
+
+        # Through the super user: only it may create ACLs. Kafka's errors name no secret.
+        admin = clients.admin(cluster.admin_props(), log_level=0)
+        try:
+            acls.grant(admin, f"User:{security.STRAIT}", acls.ROLES)
+        except Exception as exc:
+            raise SandboxError(f"cluster {cluster.name!r}: granting the strait user's ACLs failed: {exc}") from None
+
     def _exited(self, pid: int) -> bool:
         # Asked twice, a moment apart: on a loaded machine one look at /proc can catch a
         # process between states, and a false "exited" would tear down a healthy sandbox.
@@ -308,7 +366,7 @@ class Sandbox:
         raw: dict[str, Any] = {
             "zookeeper": asdict(self.zk) if self.zk else None,
             "clusters": {
-                name: {"cluster_id": c.cluster_id, "brokers": [asdict(b) for b in c.brokers]}
+                name: {"cluster_id": c.cluster_id, "security": c.security, "brokers": [asdict(b) for b in c.brokers]}
                 for name, c in self.clusters.items()
             },
         }
@@ -331,6 +389,9 @@ class Sandbox:
             "clusters": {
                 name: {
                     "bootstrap": cluster.bootstrap,
+                    "security": cluster.security.value,
+                    "client": cluster.props(),
+                    "admin_client": cluster.admin_props(),
                     "brokers": [
                         {
                             "id": b.id,
