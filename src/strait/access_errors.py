@@ -10,10 +10,12 @@ timeout after minutes.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError
@@ -75,9 +77,24 @@ def principal(props: Mapping[str, Any]) -> str:
         return f"User:{username}"
     certificate = props.get("ssl.certificate.location")
     if certificate:
-        return f"the client certificate {certificate}"
+        name = _certificate_name(str(certificate))
+        return f"User:{name} (certificate {certificate})" if name else f"the client certificate {certificate}"
     protocol = str(props.get("security.protocol", "PLAINTEXT")).upper()
     return "User:ANONYMOUS" if protocol in ("PLAINTEXT", "SSL") else f"an unnamed {protocol} client"
+
+
+@functools.lru_cache(maxsize=32)
+def _certificate_name(path: str) -> str | None:
+    """The common name of a PEM client certificate: the principal brokers usually map it to."""
+    try:
+        from cryptography import x509
+        from cryptography.x509.oid import NameOID
+
+        certificate = x509.load_pem_x509_certificate(Path(path).read_bytes())
+        names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    except (OSError, ValueError, ImportError):
+        return None
+    return str(names[0].value) if names else None
 
 
 def on_client_error(props: Mapping[str, Any], error: KafkaError) -> None:

@@ -226,4 +226,6 @@ def test_a_withdrawn_write_acl_is_reported_and_copying_resumes_when_granted(
 def _refusal_reported(api: ControllerClient, topic: str) -> bool:
     detail = api.call("GET", f"/topics/{topic}", params={"route": "forward"})["partition_detail"]
     states = [str(p.get("state", "")) for p in detail]
-    return any(s.startswith("retrying:") and "refused User:strait" in s and "no ACL allows" in s for s in states)
+    # mTLS destination: the principal is the certificate's CN, named with the certificate.
+    wanted = ("cluster dst", "refused User:strait", "no ACL allows this on the topic")
+    return any(s.startswith("retrying:") and all(w in s for w in wanted) for s in states)

@@ -9,6 +9,7 @@ import uuid
 
 import uvicorn
 
+from strait.access_errors import name_clusters
 from strait.config import StraitConfig
 from strait.controller.discovery import SourceMetadata
 from strait.controller.loop import Controller
@@ -34,6 +35,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str | None = None) -> None:
     """Serve until SIGINT/SIGTERM: uvicorn handles the signals, then the loop stops and
     leadership is released so a standby takes over at once instead of after a session timeout."""
+    name_clusters(config.clusters)
     host, _, port_text = (listen or config.controller.listen).rpartition(":")
     port = int(port_text) or free_port(host)
     identity = LeaderInfo(

@@ -448,7 +448,11 @@ class RecordPipeline:
             return True
 
     def _produce_error(self, state: PartitionState, error: KafkaError) -> None:
-        """The producer refused a record outright (not a delivery failure): stop the partition."""
+        """The producer refused a record outright (not a delivery failure): stop the partition,
+        or, when the destination refused us (an ACL), wait and try again."""
+        if error.code() in ACCESS_DENIED:
+            self._wait_for_access(state, explain(self._destination_props, error, state.task.destination_topic))
+            return
         self._fail(state, self._produce_failure(state, error))
 
     def _unexpected_gap(self, state: PartitionState, detail: str) -> None:

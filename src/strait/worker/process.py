@@ -9,6 +9,7 @@ import signal
 import time
 from types import FrameType
 
+from strait.access_errors import name_clusters
 from strait.config import StraitConfig
 from strait.coordination import connect
 from strait.coordination.store import StoreUnavailable
@@ -21,6 +22,7 @@ log = logging.getLogger(__name__)
 
 def run_worker(config: StraitConfig, worker_id: str) -> None:
     """Copy what the controller assigns to `worker_id` until drained."""
+    name_clusters(config.clusters)  # errors say "cluster dst", not a broker list
     delay_s = 1.0
     while True:
         try:
