@@ -391,6 +391,19 @@ def test_a_missing_write_acl_waits_and_resumes_once_granted() -> None:
     assert rig.copied() == log and state.checkpoint == 6 and state.waiting is None
 
 
+def test_a_produce_call_refused_by_acl_waits_instead_of_failing() -> None:
+    # librdkafka refuses produce() itself once it knows the topic is not writable for us.
+    rig = Rig({0: list(range(3))})
+    state = rig.state()
+    rig.pipeline.add(state, 0)
+    rig.pipeline._run_commands()
+    rig.pipeline._produce_error(state, KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    assert state.error is None and state.waiting is not None and state.rewind_at is not None
+    state.rewind_at = 0.0
+    rig.settle()
+    assert rig.copied() == [0, 1, 2] and state.waiting is None
+
+
 def test_a_source_read_refused_by_acl_waits_instead_of_failing() -> None:
     rig = Rig({0: list(range(4))})
     state = rig.state()
