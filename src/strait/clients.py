@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Mapping
 from concurrent.futures import Future
@@ -82,7 +83,7 @@ class _AdminLogPump:
 
     def _run(self) -> None:
         while True:
-            threading.Event().wait(_ADMIN_LOG_PUMP_S)
+            time.sleep(_ADMIN_LOG_PUMP_S)
             with self._lock:
                 clients = list(self._clients)
             for client in clients:

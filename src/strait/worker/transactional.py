@@ -202,10 +202,8 @@ class TransactionalPipeline(RecordPipeline):
             self._fence(describe_error(error))
             return
         if error.code() in ACCESS_DENIED and state.error is None:
-            reason = explain(self._destination_props, error, state.task.destination_topic)
-            if state.waiting != reason:
-                log.error("partition %s: %s; trying again every %.0fs", state.task, reason, ACCESS_RETRY_S)
-            state.waiting = reason  # the abort below restarts it after ACCESS_RETRY_S
+            # Our _begin_rewind aborts the transaction; the restart waits ACCESS_RETRY_S.
+            self._wait_for_access(state, explain(self._destination_props, error, state.task.destination_topic))
         elif delivery_error_is_permanent(error) and error.code() != KafkaError._PURGE_QUEUE:
             self._fail(state, self._produce_failure(state, error))
         if not self._abort_needed:
