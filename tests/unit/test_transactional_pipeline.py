@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from strait.worker import transactional
 from strait.worker.deadline import CallHung, DeadlineRunner
@@ -166,3 +167,125 @@ def test_a_partition_abandoned_and_added_again_never_commits_its_records_twice(
         pipeline._step()
     assert producer.committed.get(0) == list(range(10)), "a record committed twice or lost"
     assert second.durable == 10
+
+
+class ScriptedProducer(TxnProducer):
+    """A transactional fake whose calls raise the errors a test queues for them."""
+
+    def __init__(self, hang: threading.Event | None = None) -> None:
+        super().__init__()
+        self.errors: dict[str, list[KafkaError]] = {}
+        self.commit_hang = hang
+
+    def _raise(self, call: str) -> None:
+        queued = self.errors.get(call)
+        if queued:
+            raise KafkaException(queued.pop(0))
+
+    def send_offsets_to_transaction(self, *args: Any) -> None:
+        self._raise("send_offsets")
+        super().send_offsets_to_transaction(*args)
+
+    def commit_transaction(self, *args: Any) -> None:
+        self.calls.append("commit-asked")
+        if self.commit_hang is not None:
+            self.commit_hang.wait()
+        self._raise("commit")
+        super().commit_transaction(*args)
+
+    def abort_transaction(self, *args: Any) -> None:
+        self.calls.append("abort-asked")
+        self._raise("abort")
+        super().abort_transaction(*args)
+
+
+def _timeout() -> KafkaError:
+    return KafkaError(KafkaError._TIMED_OUT, "timed out", retriable=True)
+
+
+def test_a_commit_that_timed_out_is_asked_again_without_sending_offsets_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # librdkafka refuses send_offsets_to_transaction once a commit was asked for: sending them
+    # again on every retry left the pipeline retrying forever.
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    producer = ScriptedProducer()
+    producer.errors["commit"] = [_timeout()]
+    pipeline = _pipeline(FakeConsumer({0: list(range(5))}), producer)
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    for _ in range(6):
+        pipeline._step()
+    assert producer.calls.count("send_offsets") == 1, producer.calls
+    assert producer.calls.count("commit-asked") == 2 and "abort-asked" not in producer.calls
+    assert producer.committed.get(0) == [0, 1, 2, 3, 4] and state.durable == 5
+
+
+def test_an_abort_that_timed_out_is_retried_as_an_abort(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    producer = ScriptedProducer()
+    producer.errors["abort"] = [_timeout()]
+    consumer = FakeConsumer({0: list(range(5))})
+    pipeline = _pipeline(consumer, producer, transaction_interval_s=3600.0)
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    pipeline._step()  # 0..4 copied and committed with the start
+    consumer.logs[0] += list(range(5, 10))
+    pipeline._step()  # 5..9 produced inside an open transaction
+    assert pipeline._txn_open and producer.pending
+    producer.fail()
+    pipeline._abort_needed = True
+    asked = len(producer.calls)
+    for _ in range(3):
+        pipeline._step()
+    later = producer.calls[asked:]
+    assert later[:2] == ["abort-asked", "abort-asked"], later
+    assert "send_offsets" not in later[: later.index("abort") + 1]
+    assert producer.committed.get(0) == [0, 1, 2, 3, 4] and state.durable == 5
+
+
+def test_a_commit_that_never_returns_holds_its_partitions_until_the_outcome_is_settled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The commit may have happened: resending from the in-memory checkpoint could copy the
+    # transaction's records twice, and a new owner starting before the old transaction is
+    # settled could too. The partition is held until the new producer took the id over, then
+    # stops with a fenced: error so the worker restarts it from the destination's checkpoint.
+    monkeypatch.setattr(transactional, "HUNG_AFTER_S", 0.2)
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    hang = threading.Event()
+    stuck = ScriptedProducer(hang)
+    replacement = ScriptedProducer()
+    ready = threading.Event()
+    monkeypatch.setattr(replacement, "init_transactions", lambda *_: ready.wait(5) or replacement.calls.append("init"))
+    pipeline = _pipeline(FakeConsumer({0: list(range(5))}), stuck, transaction_interval_s=0.0)
+    monkeypatch.setattr(pipeline, "_make_producer", lambda _props: replacement)
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    try:
+        pipeline._step()  # commit of the start offset hangs
+        assert pipeline._producer is replacement and state.error is None
+        done = pipeline.release(state)
+        pipeline._run_commands()
+        pipeline._finish_releases()
+        assert not done.is_set(), "released before the hung transaction was settled"
+        ready.set()
+        pipeline._step()
+        assert done.is_set() and (state.error or "").startswith("fenced:")
+        assert replacement.destination == {} and replacement.committed == {}, "resent from memory"
+    finally:
+        hang.set()
+
+
+def test_a_call_refused_in_the_producers_state_replaces_the_producer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    first, second = ScriptedProducer(), ScriptedProducer()
+    first.errors["send_offsets"] = [KafkaError(KafkaError._STATE, "Operation not valid in state Ready")]
+    pipeline = _pipeline(FakeConsumer({0: list(range(5))}), first, transaction_interval_s=0.0)
+    monkeypatch.setattr(pipeline, "_make_producer", lambda _props: second)
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    for _ in range(8):
+        pipeline._step()
+    assert pipeline._producer is second and second.calls[0] == "init"
+    assert second.committed.get(0) == [0, 1, 2, 3, 4] and state.durable == 5 and state.error is None

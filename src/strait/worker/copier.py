@@ -85,6 +85,9 @@ class StartOffsets(NamedTuple):
     start: int
     end: int
     committed: int | None
+    # The checkpoint read was behind records the destination already held (exactly-once
+    # routes, see provenance.py): ``committed`` is the corrected one.
+    corrected: bool = False
 
 
 class CheckpointStore(Protocol):
@@ -543,7 +546,9 @@ class Copier:
             return
         fresh: list[_Entry] = []
         for entry in ready:
-            start, end, committed = starts[entry.state.task]
+            start, end, committed, corrected = starts[entry.state.task]
+            if corrected and self._observer is not None:
+                self._observer.checkpoint_refused("behind_copied_data")
             if start < 0 or end < 0:
                 # A broker answering mid-restart may report no offset at all (-1001).
                 self._retry_later([entry], f"source offsets unavailable (start {start}, end {end})")

@@ -217,5 +217,3 @@ def _describe(admin: AdminClient, topic: str, timeout_s: float) -> Any:
 def _partition_count(admin: AdminClient, topic: str, timeout_s: float) -> int | None:
     description = _describe(admin, topic, timeout_s)
     return None if description is None else len(description.partitions)
-
-

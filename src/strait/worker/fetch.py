@@ -430,7 +430,7 @@ class RecordPipeline:
                     on_delivery=on_delivery,
                     # LogAppendTime of the source becomes the record's CreateTime.
                     timestamp=timestamp,
-                    headers=message.headers(),
+                    headers=self._headers(message, offset),
                 )
             except BufferError:
                 return False
@@ -446,6 +446,10 @@ class RecordPipeline:
                 return True
             tracker.sent(offset, source_gap=source_gap)
             return True
+
+    def _headers(self, message: Message, offset: int) -> Any:
+        """The headers the copy carries: the source record's."""
+        return message.headers()
 
     def _produce_error(self, state: PartitionState, error: KafkaError) -> None:
         """The producer refused a record outright (not a delivery failure): stop the partition,

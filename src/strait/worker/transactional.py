@@ -26,6 +26,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from strait import clients
 from strait.access_errors import explain
+from strait.worker import provenance
 from strait.worker.checkpoint import AckTracker
 from strait.worker.deadline import CallHung, DeadlineRunner
 from strait.worker.fetch import Key, RecordPipeline
@@ -44,6 +45,8 @@ log = logging.getLogger(__name__)
 TRANSACTION_TIMEOUT_S = 60.0
 # A transaction call still blocked this long after its own timeout never returns.
 HUNG_AFTER_S = TRANSACTION_TIMEOUT_S + 10.0
+# Retriable transaction errors in a row before the producer is replaced.
+MAX_RETRIES = 5
 # The producer is done for: produce() reports a fatal state as _FATAL without the fatal flag.
 FATAL_CODES = frozenset({KafkaError._FENCED, KafkaError._FATAL, KafkaError.PRODUCER_FENCED})
 
@@ -77,6 +80,11 @@ class TransactionalPipeline(RecordPipeline):
         self._abort_needed = False
         self._calls = DeadlineRunner(f"strait-txn-{kwargs['name']}")
         self._hung_producers: list[Any] = []
+        # Offsets sent with the transaction being committed (None before they are sent).
+        self._commit_offsets: dict[Any, int] | None = None
+        self._retries = 0
+        # Partitions of a transaction whose outcome is unknown until the new producer is ready.
+        self._unresolved: dict[Key, PartitionState] = {}
         super().__init__(**kwargs)
 
     # -- clients -------------------------------------------------------------------------------
@@ -97,6 +105,8 @@ class TransactionalPipeline(RecordPipeline):
         self._producer.init_transactions(TRANSACTION_TIMEOUT_S)
         self._initialised = True
         log.info("pipeline %s: transactional id %s ready", self.name, self._transactional_id)
+        if self._unresolved:
+            self._resolved()
 
     # -- loop hooks ----------------------------------------------------------------------------
 
@@ -112,7 +122,14 @@ class TransactionalPipeline(RecordPipeline):
             try:
                 self._initialise()
             except KafkaException as exc:
-                self._on_transaction_error(exc.args[0], "initialising")
+                error = exc.args[0]
+                if error.fatal() or error.code() in FATAL_CODES:
+                    self._fence(f"{describe_error(error)} while initialising")
+                else:
+                    # Taking the id over is safe to repeat (a coordinator may be away for long).
+                    log.warning("pipeline %s: %s while initialising; trying again", self.name, describe_error(error))
+                    self._run_commands()
+                    time.sleep(0.5)
                 return
         try:
             super()._step()
@@ -159,8 +176,10 @@ class TransactionalPipeline(RecordPipeline):
     def _produce(
         self, state: PartitionState, tracker: AckTracker, message: Message, offset: int, *, source_gap: bool
     ) -> bool:
-        if self._abort_needed:
-            return False  # nothing more goes into a transaction that will be aborted
+        if self._abort_needed or self._commit_offsets is not None:
+            # Nothing more goes into a transaction that will be aborted, or that was asked to
+            # commit (librdkafka refuses records then); they wait in the backlog.
+            return False
         if not self._txn_open:
             try:
                 self._producer.begin_transaction()
@@ -176,6 +195,10 @@ class TransactionalPipeline(RecordPipeline):
         self._txn_bytes += (len(value) if value else 0) + (len(key) if key else 0)
         self._in_txn[(state.task.topic, state.task.partition)] = state
         return True
+
+    def _headers(self, message: Message, offset: int) -> Any:
+        # The copy names its source offset: a new owner checks its checkpoint against it.
+        return provenance.stamp(message.headers(), offset)  # type: ignore[arg-type]
 
     def _begin_rewind(self, state: PartitionState, backoff_s: float) -> None:
         # Records after the rewind point may already sit acknowledged in the open transaction:
@@ -249,66 +272,99 @@ class TransactionalPipeline(RecordPipeline):
         self._commit_soon = False
         if not self._in_txn and not self._txn_open:
             return
+        stage = "committing"
         try:
             if not self._txn_open:
                 self._producer.begin_transaction()
                 self._txn_open = True
-            # Every record of the transaction acknowledged (or failed) first: the offsets sent
-            # with it must be exactly the end of what it holds.
-            client_call(self._producer.flush, TRANSACTION_TIMEOUT_S)
-            if self._abort_needed or any(
-                s.tracker is None or s.tracker.in_flight or s.tracker.blocked for s in self._in_txn.values()
-            ):
-                self._abort("records of the transaction were not acknowledged")
-                return
-            offsets = {s.task: s.tracker.position for s in self._in_txn.values() if s.tracker is not None}
-            # Both may block past their timeout when a coordinator went away (see deadline.py).
-            self._calls.call(
-                self._producer.send_offsets_to_transaction,
-                transaction_offsets(offsets),
-                self._metadata,
-                TRANSACTION_TIMEOUT_S,
-                deadline_s=HUNG_AFTER_S,
-            )
+            if self._commit_offsets is None:
+                # Every record of the transaction acknowledged (or failed) first: the offsets
+                # sent with it must be exactly the end of what it holds.
+                client_call(self._producer.flush, TRANSACTION_TIMEOUT_S)
+                if self._abort_needed or any(
+                    s.tracker is None or s.tracker.in_flight or s.tracker.blocked for s in self._in_txn.values()
+                ):
+                    self._abort("records of the transaction were not acknowledged")
+                    return
+                offsets = {s.task: s.tracker.position for s in self._in_txn.values() if s.tracker is not None}
+                # Both calls may block past their timeout when a coordinator went away (deadline.py).
+                self._calls.call(
+                    self._producer.send_offsets_to_transaction,
+                    transaction_offsets(offsets),
+                    self._metadata,
+                    TRANSACTION_TIMEOUT_S,
+                    deadline_s=HUNG_AFTER_S,
+                )
+                # Sent: a retry after a timeout only asks to commit again (librdkafka refuses new
+                # offsets once a commit was asked for), with exactly these offsets.
+                self._commit_offsets = offsets
+            stage = "ending"
             self._calls.call(self._producer.commit_transaction, TRANSACTION_TIMEOUT_S, deadline_s=HUNG_AFTER_S)
         except KafkaException as exc:
-            self._on_transaction_error(exc.args[0], "committing")
+            self._on_transaction_error(exc.args[0], stage)
             return
         except CallHung as exc:
-            self._replace_hung_producer(str(exc))
+            # A commit that never returned may still have committed: its outcome is unknown.
+            self._replace_producer(f"{exc} (a librdkafka hang)", outcome_known=stage != "ending")
             return
+        offsets, self._commit_offsets = self._commit_offsets or {}, None
         self._txn_open = False
         self._txn_started = time.monotonic()
+        self._retries = 0
         for state in self._in_txn.values():
             if state.task in offsets:
                 state.durable = offsets[state.task]
         self._in_txn.clear()
 
-    def _replace_hung_producer(self, reason: str) -> None:
-        """A transaction call never returned: start over with a new producer of the same id.
+    def _replace_producer(self, reason: str, *, outcome_known: bool) -> None:
+        """Start over with a new producer of the same transactional id.
 
-        Its ``init_transactions`` (next loop turn) fences the stuck producer and aborts the open
-        transaction, so nothing it holds can commit any more; every partition in it resumes
-        from its last committed checkpoint. The stuck producer stays referenced: a helper thread
-        is still blocked inside it.
+        Its ``init_transactions`` (next loop turn) fences the old producer and completes its
+        open transaction, so nothing more of it can change. A transaction that was never asked
+        to commit is aborted then: its partitions resume from their last committed checkpoints
+        at once. One that was asked to commit (``outcome_known=False``) may complete either
+        way: its partitions stay held (a release waits) until the new producer is ready, then
+        stop with a ``fenced:`` error, so the worker starts them again from the checkpoints the
+        destination holds, whichever way it went. The old producer stays referenced: a helper
+        thread may still be blocked inside it.
         """
         log.error(
-            "pipeline %s: %s (a librdkafka hang); replacing producer %s, its open transaction is aborted "
-            "and %d partition(s) resume from their checkpoints",
+            "pipeline %s: %s; replacing producer %s: %d partition(s) resume from their %scheckpoints",
             self.name,
             reason,
             self._transactional_id,
             len(self._in_txn),
+            "" if outcome_known else "committed (re-read) ",
         )
         self._hung_producers.append(self._producer)
         self._producer = self._make_producer(self._destination_props)
         self._initialised = False
         self._txn_open = False
         self._abort_needed = False
+        self._commit_offsets = None
+        self._retries = 0
         self._txn_started = time.monotonic()
+        if not outcome_known:
+            self._unresolved = {**self._unresolved, **self._in_txn}
+            for key, state in self._unresolved.items():
+                if self._states.get(key) is state and state.fetching:
+                    self._purge(key)
+                    self._consumer.pause([state.tp])
+            return
         for key, state in list(self._in_txn.items()):
             self._restart_from_durable(key, state)
         self._in_txn.clear()
+        self._finish_releases()
+
+    def _resolved(self) -> None:
+        """The new producer is ready: the unknown outcome is settled, on the destination."""
+        for key, state in self._unresolved.items():
+            if self._in_txn.get(key) is state:
+                del self._in_txn[key]
+            if state.durable is not None:
+                state.tracker = AckTracker(state.durable)
+            self._fail(state, "fenced: the outcome of a transaction is unknown; restart from the committed checkpoint")
+        self._unresolved = {}
         self._finish_releases()
 
     def _abort(self, reason: str) -> None:
@@ -321,6 +377,8 @@ class TransactionalPipeline(RecordPipeline):
                 self._on_transaction_error(exc.args[0], "aborting")
                 return
         self._txn_open = False
+        self._commit_offsets = None
+        self._retries = 0
         self._txn_started = time.monotonic()
         for key, state in list(self._in_txn.items()):
             self._restart_from_durable(key, state)
@@ -348,10 +406,20 @@ class TransactionalPipeline(RecordPipeline):
             self._fence(f"{describe_error(error)} while {doing}")
         elif error.txn_requires_abort():
             self._abort(f"{describe_error(error)} while {doing}")
-        else:
-            # Retriable (a timeout): the same call is tried again on the next turn.
+        elif error.retriable() and self._retries < MAX_RETRIES:
+            # The same call is tried again on the next turn: an abort stays an abort, and a
+            # commit whose offsets were sent only asks to commit again.
+            self._retries += 1
             log.warning("pipeline %s: %s while %s; trying again", self.name, describe_error(error), doing)
-            self._commit_soon = True
+            if doing == "aborting":
+                self._abort_needed = True
+            else:
+                self._commit_soon = True
+        else:
+            # Not retriable (e.g. a call refused in the producer's current state), or retried
+            # in vain: only a new producer settles the transaction. If a commit was asked for,
+            # it may have happened.
+            self._replace_producer(f"{describe_error(error)} while {doing}", outcome_known=doing != "ending")
 
     def _fence(self, reason: str) -> None:
         log.error("pipeline %s: producer %s can write no more: %s", self.name, self._transactional_id, reason)
@@ -366,6 +434,8 @@ class TransactionalPipeline(RecordPipeline):
             if durable is not None:
                 state.tracker = AckTracker(durable)
         self._in_txn.clear()
+        self._unresolved = {}
+        self._commit_offsets = None
         self._backlog.clear()
         self._txn_open = False
         self._finish_releases()
