@@ -30,12 +30,17 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
 
 @pytest.fixture(scope="session")
 def secure_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    """ZooKeeper plus ``src`` (SASL/SCRAM-SHA-512 over TLS) and ``dst`` (mutual TLS), 1 broker and 1 log
-    dir each. ``props()`` is the least-privilege user ``strait``; ``admin_props()`` the super user."""
+    """ZooKeeper plus ``src`` (SASL/SCRAM-SHA-512 over TLS) and ``dst`` (mutual TLS), 1 broker and 2 log
+    dirs each (so the balancer has disks to move replicas between). ``props()`` is the least-privilege
+    user ``strait``; ``admin_props()`` the super user."""
     state_dir = tmp_path_factory.mktemp("secure-sandbox")
     spec = SandboxSpec(
-        clusters=("src", "dst"), brokers=1, log_dirs=1, state_dir=state_dir,
-        security={"src": "sasl_ssl", "dst": "mtls"}, startup_timeout_s=240,
+        clusters=("src", "dst"),
+        brokers=1,
+        log_dirs=2,
+        state_dir=state_dir,
+        security={"src": "sasl_ssl", "dst": "mtls"},
+        startup_timeout_s=240,
     )
     sb = Sandbox.up(spec)
     try:
