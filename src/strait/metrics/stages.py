@@ -39,6 +39,8 @@ DESTINATION = "destination"
 # librdkafka statistics interval for the copy path's clients: often enough to follow leader
 # changes, rare enough that decoding the JSON costs nothing noticeable.
 STATS_INTERVAL_MS = 5000
+# A client's round-trip times count until it has missed about three statistics reports.
+RTT_STALE_AFTER_S = 3 * STATS_INTERVAL_MS / 1000
 # Stages not tied to one broker (a consume call reads from all of them; a commit goes to the
 # group coordinator).
 ANY_BROKER = "any"
@@ -73,7 +75,10 @@ class RouteObserver:
         self._e2e: dict[tuple[str, str], Buckets] = {}  # (pipeline, topic)
         self._last_timestamp: dict[tuple[str, int], int] = {}  # source timestamp (ms) of the last ack
         self._leaders: dict[str, dict[tuple[str, int], str]] = {}
-        self._rtt: dict[str, list[BrokerLatency]] = {}
+        # Per (role, librdkafka client name): when it last reported, and its round-trip times.
+        # Keyed by client because a route's pipelines each have their own consumer and producer:
+        # an idle client's empty report must not blank out a busy one's figures.
+        self._rtt: dict[tuple[str, str], tuple[float, list[BrokerLatency]]] = {}
         # Data-path safety events by kind (`strait_offset_gaps_total`, `strait_checkpoint_violations_total`).
         self._gaps: dict[str, int] = {}
         self._refused: dict[str, int] = {}
@@ -118,7 +123,7 @@ class RouteObserver:
                 return
             # Whole-value replacement: readers on other threads see the old or the new map.
             self._leaders[role] = {**self._leaders.get(role, {}), **leaders(stats)}
-            self._rtt[role] = broker_latencies(stats)
+            self._rtt[(role, str(stats.get("name", "")))] = (self._clock(), broker_latencies(stats))
 
         return receive
 
@@ -148,7 +153,19 @@ class RouteObserver:
         return dict(self._refused)
 
     def broker_rtts(self) -> dict[str, list[BrokerLatency]]:
-        return dict(self._rtt)
+        """Per role, each broker's round-trip times from the clients that reported recently; where
+        several clients talk to one broker, the slowest (highest p99) figures."""
+        fresh_after = self._clock() - RTT_STALE_AFTER_S
+        merged: dict[str, dict[str, BrokerLatency]] = {}
+        for (role, _client), (reported, latencies) in self._rtt.copy().items():
+            if reported < fresh_after:
+                continue  # a client closed since (a pipeline replaced): its figures are history
+            brokers = merged.setdefault(role, {})
+            for latency in latencies:
+                known = brokers.get(latency.broker)
+                if known is None or latency.p99_s > known.p99_s:
+                    brokers[latency.broker] = latency
+        return {role: [b[k] for k in sorted(b)] for role, b in merged.items() if b}
 
     def lag_seconds(self, topic: str, partition: int, lag: int | None) -> float | None:
         """How far behind the copy is in time: 0 when caught up, else the age of the newest
