@@ -73,6 +73,9 @@ class RouteConfig(_Model):
     # transaction_max_bytes were produced in it).
     transaction_interval_ms: int = Field(default=100, ge=10, le=60_000)
     transaction_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    # The worker pools this route's partitions may run on (`worker.pool`); None: every pool.
+    # With no live worker in any of them, the route waits (reported), never borrows another pool.
+    pools: list[str] | None = Field(default=None, min_length=1)
 
     @field_validator("name")
     @classmethod
@@ -80,6 +83,14 @@ class RouteConfig(_Model):
         if not _ROUTE_NAME.match(value):
             raise ValueError("must be 1-100 characters of letters, digits, '.', '_' or '-'")
         return value
+
+    @field_validator("pools")
+    @classmethod
+    def _valid_pools(cls, pools: list[str] | None) -> list[str] | None:
+        for pool in pools or []:
+            if not _ROUTE_NAME.match(pool):
+                raise ValueError(f"invalid pool name {pool!r}: use 1-100 letters, digits, '.', '_' or '-'")
+        return pools
 
     @field_validator("include", "exclude")
     @classmethod
@@ -129,6 +140,8 @@ class ControllerConfig(_Model):
     listen: str = "127.0.0.1:9000"
     api_token: str | None = None
     refresh_interval_s: float = Field(default=10.0, gt=0)
+    # Workers that left (or died) stay listed this long, then are forgotten.
+    forget_left_workers_s: float = Field(default=3600.0, gt=0)
     # HTTPS for the REST API, the dashboard and /metrics (and the workers' /metrics).
     tls: TlsConfig | None = None
 
@@ -161,10 +174,19 @@ class ControllerConfig(_Model):
 class WorkerConfig(_Model):
     """Options shared by every worker; the worker id comes from the command line."""
 
+    # The pool this worker joins (`strait worker --pool` overrides it); routes name their pools.
+    pool: str = "default"
     commit_interval_s: float = Field(default=1.0, gt=0)
     stats_interval_s: float = Field(default=2.0, gt=0)
     drain_timeout_s: float = Field(default=30.0, gt=0)
     revoke_timeout_s: float = Field(default=30.0, gt=0)
+
+    @field_validator("pool")
+    @classmethod
+    def _valid_pool(cls, value: str) -> str:
+        if not _ROUTE_NAME.match(value):
+            raise ValueError("must be 1-100 characters of letters, digits, '.', '_' or '-'")
+        return value
 
 
 class ObservabilityConfig(_Model):

@@ -80,17 +80,29 @@ class MemoryStore:
     def update_topic(self, spec: TopicSpec) -> None:
         self.topics_[(spec.route, spec.topic)] = spec
 
+    def forget_worker(self, worker_id: str) -> None:
+        if not self.workers[worker_id].live:
+            del self.workers[worker_id]
+
     # Worker side, driven by the test.
-    def join(self, worker: str, holding: set[PartitionKey] | None = None, drain: bool = False) -> None:
+    def join(
+        self, worker: str, holding: set[PartitionKey] | None = None, drain: bool = False, pool: str | None = None
+    ) -> None:
+        previous = self.workers.get(worker)
         self.workers[worker] = WorkerRecord(
-            id=worker, state=WorkerState.ACTIVE, holding=frozenset(holding or ()), drain_requested=drain
+            id=worker,
+            state=WorkerState.ACTIVE,
+            holding=frozenset(holding or ()),
+            drain_requested=drain,
+            pool=pool or (previous.pool if previous else "default"),
         )
 
     def hold_what_is_assigned(self) -> None:
         """Every live worker does what it is told: release what it lost, start what it got."""
         for worker in list(self.workers):
-            mine = self.assignment.of_worker(worker)
-            self.join(worker, set(mine), self.workers[worker].drain_requested)
+            if self.workers[worker].live:
+                mine = self.assignment.of_worker(worker)
+                self.join(worker, set(mine), self.workers[worker].drain_requested)
 
     def owners(self) -> dict[str, str | None]:
         return {str(k): w for k, w in sorted(self.assignment.owners.items())}

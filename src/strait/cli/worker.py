@@ -7,14 +7,19 @@ import socket
 from pathlib import Path
 
 import typer
+from pydantic import ValidationError
 
 from strait.cli.controller import load_or_exit
+from strait.config import StraitConfig, WorkerConfig
 from strait.secrets import install_log_redaction
 
 
 def worker(
     config: Path = typer.Option(..., "--config", "-c", help="Strait YAML configuration file."),
     worker_id: str | None = typer.Option(None, "--id", help="Worker id, unique in the fleet (default: hostname)."),
+    pool: str | None = typer.Option(
+        None, "--pool", help="Worker pool to join (default: worker.pool of the config, else 'default')."
+    ),
     log_level: str = typer.Option("INFO", help="Python log level."),
 ) -> None:
     """Copy the partitions the controller assigns to this worker; SIGTERM drains and leaves."""
@@ -22,4 +27,18 @@ def worker(
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     install_log_redaction()
-    run_worker(load_or_exit(config), worker_id or socket.gethostname())
+    settings = load_or_exit(config)
+    if pool is not None:
+        settings = with_pool(settings, pool)
+    run_worker(settings, worker_id or socket.gethostname())
+
+
+def with_pool(config: StraitConfig, pool: str) -> StraitConfig:
+    """`config` with `worker.pool` set, validated like the file's."""
+    try:
+        worker = WorkerConfig.model_validate({**config.worker.model_dump(), "pool": pool})
+    except ValidationError as exc:
+        raise typer.BadParameter(
+            f"{pool!r}: " + "; ".join(str(e["msg"]) for e in exc.errors()), param_hint="--pool"
+        ) from None
+    return config.model_copy(update={"worker": worker})

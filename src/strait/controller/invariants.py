@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from typing import TypeVar
 
 from strait.controller.assignment import Quota
@@ -53,4 +53,84 @@ def violations(
     needed = minimal_moves(partitions, live, current)
     if moved > needed:
         problems.append(f"moved {moved} partitions where {needed} would do")
+    return problems
+
+
+def pool_violations(
+    partitions: Collection[K],
+    workers: Mapping[str, str],
+    current: Mapping[K, str | None],
+    result: Mapping[K, str],
+    pools_of: Callable[[K], frozenset[str] | None] = lambda _key: None,
+) -> list[str]:
+    """Everything wrong with `result` as a pool-aware assignment (see `assign_pools`).
+
+    `workers` maps each assignable worker to its pool, `pools_of` names a partition's pools
+    (None: any). Checked: a partition is assigned exactly when one of its pools has a live
+    worker, only to a worker of one of its pools; each pool's workers are within one of the
+    pool's fair share; no worker of one pool holds two or more partitions more than a worker of
+    another pool that one of its partitions may use; and inside a pool no more partitions moved
+    than the pool's balance needs.
+    """
+    problems: list[str] = []
+    live_pools = set(workers.values())
+    members: dict[str, list[str]] = {}
+    for worker, pool in workers.items():
+        members.setdefault(pool, []).append(worker)
+
+    cache: dict[frozenset[str] | None, frozenset[str]] = {}
+
+    def eligible(key: K) -> frozenset[str]:
+        allowed = pools_of(key)
+        if allowed not in cache:
+            cache[allowed] = frozenset(live_pools if allowed is None else live_pools & set(allowed))
+        return cache[allowed]
+
+    missing = [k for k in partitions if k not in result and eligible(k)]
+    if missing:
+        problems.append(f"{len(missing)} partitions have no owner, e.g. {missing[0]!r}")
+    stranded = [k for k in partitions if k in result and not eligible(k)]
+    if stranded:
+        problems.append(f"{len(stranded)} partitions without a live pool were assigned, e.g. {stranded[0]!r}")
+    extra = [k for k in result if k not in partitions]
+    if extra:
+        problems.append(f"{len(extra)} unknown partitions assigned, e.g. {extra[0]!r}")
+    dead = sorted({w for w in result.values() if w not in workers})
+    if dead:
+        problems.append(f"partitions assigned to workers that are not live: {dead}")
+    outside = [k for k, w in result.items() if w in workers and k in partitions and workers[w] not in eligible(k)]
+    if outside:
+        key = outside[0]
+        problems.append(
+            f"{len(outside)} partitions on a worker outside their pools, e.g. {key!r} on {result[key]} "
+            f"(pool {workers[result[key]]}, allowed {sorted(pools_of(key) or ['any'])})"
+        )
+    counts = Counter(result.values())
+    by_pool: dict[str, list[K]] = {pool: [] for pool in members}
+    for key, worker in result.items():
+        if worker in workers and key in partitions:
+            by_pool[workers[worker]].append(key)
+    for pool, pool_workers in sorted(members.items()):
+        quota = Quota.of(len(by_pool[pool]), len(pool_workers))
+        unfair = {w: counts.get(w, 0) for w in pool_workers if not quota.floor <= counts.get(w, 0) <= quota.ceil}
+        if unfair:
+            problems.append(f"pool {pool}: counts outside [{quota.floor}, {quota.ceil}]: {unfair}")
+        kept = {k: w for k in by_pool[pool] if (w := current.get(k)) in pool_workers}
+        moved = sum(1 for k, w in kept.items() if result[k] != w)
+        needed = minimal_moves(by_pool[pool], pool_workers, kept)
+        if moved > needed:
+            problems.append(f"pool {pool}: moved {moved} partitions where {needed} would do")
+    most = {p: max(counts.get(w, 0) for w in ws) for p, ws in members.items()}
+    least = {p: min(counts.get(w, 0) for w in ws) for p, ws in members.items()}
+    for pool, keys in sorted(by_pool.items()):
+        example: dict[str, K] = {}
+        for key in keys:
+            for other in eligible(key) - {pool}:
+                example.setdefault(other, key)
+        for other, key in sorted(example.items()):
+            if most[pool] - least[other] >= 2:
+                problems.append(
+                    f"pools not level: a worker of {pool} owns {most[pool]}, one of {other} owns "
+                    f"{least[other]}, and {key!r} could run on either"
+                )
     return problems

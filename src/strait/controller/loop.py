@@ -16,12 +16,13 @@ import time
 from collections.abc import Callable
 
 from strait.config import StraitConfig
-from strait.controller.assignment import assign
+from strait.controller.assignment import Placement, assign_pools
 from strait.controller.discovery import MetadataUnavailable, SourceMetadata, plan_topic_updates
 from strait.controller.fencer import Fencer, park_until_fenced
 from strait.controller.handover import plan_handover
-from strait.controller.invariants import violations
+from strait.controller.invariants import pool_violations
 from strait.controller.rates import RateTracker
+from strait.controller.roster import gone_workers_to_forget
 from strait.coordination.model import ClusterSnapshot, LeaderInfo, PartitionKey, SessionState
 from strait.coordination.store import CoordinationStore, StoreUnavailable
 from strait.metrics.healing import steer
@@ -46,8 +47,15 @@ class Controller:
         metadata: SourceMetadata,
         identity: LeaderInfo,
         steering: Callable[[], Steering] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
+        self._clock = clock
+        self._first_seen_gone: dict[str, float] = {}
+        # Each route's pools (None: any); routes no longer configured may use any pool.
+        self._route_pools = {r.name: frozenset(r.pools) if r.pools else None for r in config.routes}
+        # The partitions of the last cycle that no live worker of their route's pools could take.
+        self.stranded: dict[PartitionKey, frozenset[str]] = {}
         self._steering = steering
         self.store = store
         self.metadata = metadata
@@ -129,7 +137,25 @@ class Controller:
             if self._refresh_topics(snapshot):
                 snapshot = self.store.snapshot()
         self.cycles += 1
-        return self._reassign(snapshot)
+        pending = self._reassign(snapshot)
+        self._forget_gone_workers(snapshot)
+        return pending
+
+    def pools_of(self, key: PartitionKey) -> frozenset[str] | None:
+        return self._route_pools.get(key.route)
+
+    def _forget_gone_workers(self, snapshot: ClusterSnapshot) -> None:
+        owning = {w for w in snapshot.assignment.owners.values() if w is not None}
+        forget, self._first_seen_gone = gone_workers_to_forget(
+            snapshot.workers,
+            self._first_seen_gone,
+            owning,
+            self._clock(),
+            self.config.controller.forget_left_workers_s,
+        )
+        for worker_id in forget:
+            log.info("forgetting worker %s (%s)", worker_id, snapshot.workers[worker_id].state.value)
+            self.store.forget_worker(worker_id)
 
     def _refresh_topics(self, snapshot: ClusterSnapshot) -> bool:
         """Pick up pattern-matched topics and grown partition counts; True if anything changed."""
@@ -164,7 +190,8 @@ class Controller:
         partitions = snapshot.partitions()
         self._rates.observe(snapshot.stats)
         live = snapshot.live_workers()
-        assignable = sorted(w.id for w in live.values() if w.assignable)
+        pools = {w.id: w.pool for w in live.values() if w.assignable}
+        assignable = sorted(pools)
         holding = {w.id: w.holding for w in live.values()}
         holder = {key: worker for worker, keys in holding.items() for key in keys}
         written = snapshot.assignment.owners
@@ -173,8 +200,10 @@ class Controller:
             # Where a partition is, or is on its way to: what was written, else the target of a
             # hand-over in progress, else whoever still holds it.
             current[key] = written.get(key) or self._targets.get(key) or holder.get(key)
-        desired = assign(self._rates.rates(partitions), assignable, current)
-        problems = violations(partitions, assignable, current, desired)
+        placement: Placement[PartitionKey] = assign_pools(self._rates.rates(partitions), pools, current, self.pools_of)
+        desired = placement.owners
+        self._report_stranded(placement.stranded)
+        problems = pool_violations(partitions, pools, current, desired, self.pools_of)
         if problems:
             log.error("assignment invariants violated (writing anyway): %s", "; ".join(problems))
         handover_from = written
@@ -184,7 +213,13 @@ class Controller:
             steering = self._steering()
             if steering.avoid or steering.hung:
                 desired, handover_from, holding = steer(
-                    desired, written, holding, steering.avoid, assignable, steering.hung
+                    desired,
+                    written,
+                    holding,
+                    steering.avoid,
+                    assignable,
+                    steering.hung,
+                    allowed=lambda key, worker: (p := self.pools_of(key)) is None or pools[worker] in p,
                 )
         plan = plan_handover(desired, handover_from, holding)
         parked = 0
@@ -204,3 +239,12 @@ class Controller:
             else:
                 self.wake()  # lost a race: decide again from a fresh snapshot
         return parked > 0 or any(owner is None for owner in plan.values())
+
+    def _report_stranded(self, stranded: dict[PartitionKey, frozenset[str]]) -> None:
+        routes = sorted({k.route for k in stranded})
+        if routes != sorted({k.route for k in self.stranded}):
+            for route in routes:
+                pools = ", ".join(sorted(self._route_pools.get(route) or ())) or "any"
+                count = sum(1 for k in stranded if k.route == route)
+                log.warning("route %s: no live worker in its pools (%s): %d partitions wait", route, pools, count)
+        self.stranded = stranded

@@ -112,12 +112,16 @@ class WorkerRecord:
     pid: int = 0
     holding: frozenset[PartitionKey] = frozenset()
     drain_requested: bool = False
+    pool: str = "default"  # the worker pool it joined; routes may be limited to some pools
+    # Not live: when it was last seen live or left (seconds since the epoch), if known.
+    gone_since: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "state": self.state.value,
             "host": self.host,
             "pid": self.pid,
+            "pool": self.pool,
             "holding": sorted(str(k) for k in self.holding),
         }
 
@@ -135,6 +139,7 @@ class WorkerRecord:
             pid=int(data.get("pid", 0)),
             holding=frozenset(PartitionKey.parse(k) for k in data.get("holding", [])),
             drain_requested=drain,
+            pool=str(data.get("pool") or "default"),
         )
 
     @property

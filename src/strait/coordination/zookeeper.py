@@ -8,7 +8,8 @@ Layout under the configured root::
     topics/<route>/<topic>      persistent TopicSpec
     removed/<route>/<topic>     persistent marker: patterns must not re-add this topic
     workers/live/<id>           ephemeral  WorkerRecord (state, holding)
-    workers/known/<id>          persistent last lifecycle state, so the API can say left/dead
+    workers/known/<id>          persistent last lifecycle state, pool and time, so the API can say left/dead
+                                (deleted controller.forget_left_workers_s after the worker went)
     workers/stats/<id>          ephemeral  per-partition copy statistics
     workers/drain/<id>          persistent drain request
 """
@@ -19,6 +20,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -285,6 +287,9 @@ class ZooKeeperStore:
                 host=str(known.get("host", "")),
                 pid=int(known.get("pid", 0)),
                 drain_requested=worker_id in drains,
+                pool=str(known.get("pool") or "default"),
+                # When it left; a dead worker's death is timed by the controller that sees it.
+                gone_since=float(known["updated"]) if state is WorkerState.LEFT and "updated" in known else None,
             )
         for worker_id in live_ids:
             data = nodes.get(self._path("workers/live", worker_id))
@@ -346,6 +351,13 @@ class ZooKeeperStore:
             return False
         return True
 
+    def forget_worker(self, worker_id: str) -> None:
+        if self._call(self._client.exists, self._path("workers/live", worker_id)) is not None:
+            return  # back meanwhile
+        for part in ("workers/known", "workers/drain"):
+            with contextlib.suppress(NoNodeError):
+                self._call(self._client.delete, self._path(part, worker_id))
+
     def request_drain(self, worker_id: str) -> None:
         with contextlib.suppress(NodeExistsError):
             self._call(self._client.create, self._path("workers/drain", worker_id), b"{}", makepath=True)
@@ -381,7 +393,15 @@ class ZooKeeperStore:
 
     def _write_known(self, record: WorkerRecord) -> None:
         path = self._path("workers/known", record.id)
-        data = _dump({"state": record.state.value, "host": record.host, "pid": record.pid})
+        data = _dump(
+            {
+                "state": record.state.value,
+                "host": record.host,
+                "pid": record.pid,
+                "pool": record.pool,
+                "updated": time.time(),
+            }
+        )
         try:
             self._call(self._client.set, path, data)
         except NoNodeError:

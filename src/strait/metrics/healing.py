@@ -14,7 +14,7 @@ records the destination acknowledged.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
@@ -99,6 +99,7 @@ def steer(
     avoid: Mapping[K, frozenset[str]],
     workers: Collection[str],
     hung: Collection[str] = (),
+    allowed: Callable[[K, str], bool] | None = None,
 ) -> tuple[dict[K, str], dict[K, str | None], dict[str, frozenset[K]]]:
     """Adjust one control cycle's inputs so that avoided and hung workers get nothing new.
 
@@ -106,6 +107,7 @@ def steer(
     owner it must avoid goes to the eligible worker with the fewest partitions; a partition may
     not *newly* go to a hung worker (one that stopped reporting) either. Claims of avoided
     workers are dropped from `written` and `holding` so that the new owner starts at once.
+    `allowed(key, worker)` says whether a worker's pool may run the partition (route pools).
     """
     counts: dict[str, int] = {w: 0 for w in workers}
     for owner in desired.values():
@@ -119,7 +121,7 @@ def steer(
         if owner not in banned and not newly_to_hung:
             continue
         banned |= hung_set
-        candidates = [w for w in workers if w not in banned]
+        candidates = [w for w in workers if w not in banned and (allowed is None or allowed(key, w))]
         if not candidates:
             continue
         previous = written.get(key)

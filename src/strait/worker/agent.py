@@ -358,6 +358,7 @@ class WorkerAgent:
             host=socket.gethostname(),
             pid=os.getpid(),
             holding=frozenset(self._tasks if holding is None else holding),
+            pool=self.config.worker.pool,
         )
 
     def _register(self) -> None:
