@@ -9,6 +9,9 @@ so TLS/SASL settings configured for a cluster reach every client made for it.
 from __future__ import annotations
 
 import logging
+import os
+import ssl
+import tempfile
 import threading
 import time
 import weakref
@@ -32,20 +35,50 @@ LIBRDKAFKA_LOG = logging.getLogger("strait.librdkafka")
 # How often admin clients' queued log lines are handed to Python logging.
 _ADMIN_LOG_PUMP_S = 1.0
 
-# librdkafka names -> kafka-python keyword names, for the security settings that both support.
+# librdkafka names -> kafka-python keyword names, for the settings taken over as they are.
 _KAFKA_PYTHON_KEYS = {
     "bootstrap.servers": "bootstrap_servers",
-    "security.protocol": "security_protocol",
-    "sasl.mechanism": "sasl_mechanism",
-    "sasl.mechanisms": "sasl_mechanism",
     "sasl.username": "sasl_plain_username",
     "sasl.password": "sasl_plain_password",
-    "ssl.ca.location": "ssl_cafile",
-    "ssl.certificate.location": "ssl_certfile",
-    "ssl.key.location": "ssl_keyfile",
-    "ssl.key.password": "ssl_password",
+    "sasl.kerberos.service.name": "sasl_kerberos_service_name",
     "client.id": "client_id",
 }
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# kafka-python speaks these; OAUTHBEARER would need a token provider object, not properties.
+_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI")
+# TLS settings, turned into one ssl.SSLContext that means what librdkafka makes of them.
+_TLS_KEYS = frozenset(
+    {
+        "ssl.ca.location",
+        "ssl.ca.pem",
+        "ssl.certificate.location",
+        "ssl.key.location",
+        "ssl.key.password",
+        "ssl.certificate.pem",
+        "ssl.key.pem",
+        "ssl.keystore.location",
+        "ssl.keystore.password",
+        "ssl.crl.location",
+        "ssl.cipher.suites",
+        "ssl.endpoint.identification.algorithm",
+        "enable.ssl.certificate.verification",
+    }
+)
+# Security settings with nothing to do for kafka-python: it uses the Kerberos ticket cache that
+# librdkafka's kinit fills, and these only tune how librdkafka gets the ticket.
+_KAFKA_PYTHON_IGNORED = frozenset(
+    {
+        "sasl.kerberos.principal",
+        "sasl.kerberos.keytab",
+        "sasl.kerberos.kinit.cmd",
+        "sasl.kerberos.min.time.before.relogin",
+    }
+)
+_SECURITY_PREFIXES = ("security.", "sasl.", "ssl.", "enable.ssl.")
+
+
+class UnsupportedProperty(ValueError):
+    """A security property of a cluster that kafka-python (the balancer's admin client) cannot honour."""
 
 
 def _merge(props: ClusterProps, overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -115,13 +148,118 @@ def producer(props: ClusterProps, **overrides: Any) -> Producer:
 
 
 def kafka_python_options(props: ClusterProps) -> dict[str, Any]:
-    """Translate librdkafka-style cluster properties to kafka-python keyword arguments."""
+    """Translate librdkafka-style cluster properties to kafka-python keyword arguments.
+
+    TLS settings become one ``ssl_context`` (CA file, directory or inline PEM; client
+    certificate as PEM files, inline PEM or a PKCS#12 keystore; CRL, ciphers, host name and
+    certificate verification switches). A security property kafka-python cannot honour raises
+    :class:`UnsupportedProperty` naming it, rather than being dropped: a dropped one would only
+    show later as a refused or hanging connection. Other (tuning) properties are left out.
+    """
     options: dict[str, Any] = {}
     for key, value in props.items():
         target = _KAFKA_PYTHON_KEYS.get(key)
         if target is not None:
             options[target] = value
+        elif key in ("sasl.mechanism", "sasl.mechanisms"):
+            mechanism = str(value).strip().upper()
+            if mechanism not in _SASL_MECHANISMS:
+                raise UnsupportedProperty(
+                    f"{key}={value}: the balancer's admin client (kafka-python) supports {', '.join(_SASL_MECHANISMS)}"
+                )
+            options["sasl_mechanism"] = mechanism
+        elif key == "security.protocol":
+            protocol = str(value).strip().upper()  # librdkafka takes any case, kafka-python only upper
+            if protocol not in _PROTOCOLS:
+                raise UnsupportedProperty(f"security.protocol={value}: expected one of {', '.join(_PROTOCOLS)}")
+            options["security_protocol"] = protocol
+        elif key in _TLS_KEYS or key in _KAFKA_PYTHON_IGNORED:
+            continue
+        elif key.startswith(_SECURITY_PREFIXES):
+            raise UnsupportedProperty(
+                f"{key}: the balancer's admin client (kafka-python) has no equivalent of this property"
+            )
+    if options.get("security_protocol") in ("SSL", "SASL_SSL"):
+        options["ssl_context"] = ssl_context(props)
     return options
+
+
+def _flag(value: Any) -> bool:
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("true", "1", "yes", "on")
+
+
+def ssl_context(props: ClusterProps) -> ssl.SSLContext:
+    """A client SSLContext meaning what librdkafka makes of the cluster's ``ssl.*`` properties."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if not _flag(props.get("enable.ssl.certificate.verification", True)):
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    else:
+        algorithm = str(props.get("ssl.endpoint.identification.algorithm", "https")).strip().lower()
+        if algorithm not in ("https", "none"):
+            raise UnsupportedProperty(f"ssl.endpoint.identification.algorithm={algorithm}: expected https or none")
+        ctx.check_hostname = algorithm == "https"
+    ca = props.get("ssl.ca.location")
+    if props.get("ssl.ca.pem"):
+        ctx.load_verify_locations(cadata=str(props["ssl.ca.pem"]))
+    elif ca and str(ca) != "probe":
+        if os.path.isdir(str(ca)):
+            ctx.load_verify_locations(capath=str(ca))
+        else:
+            ctx.load_verify_locations(cafile=str(ca))
+    else:
+        ctx.load_default_certs()  # librdkafka's default too: the system's trust store
+    if props.get("ssl.crl.location"):
+        ctx.load_verify_locations(cafile=str(props["ssl.crl.location"]))
+        ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
+    if props.get("ssl.cipher.suites"):
+        ctx.set_ciphers(str(props["ssl.cipher.suites"]))
+    _load_client_certificate(ctx, props)
+    return ctx
+
+
+def _load_client_certificate(ctx: ssl.SSLContext, props: ClusterProps) -> None:
+    password = props.get("ssl.key.password")
+    if props.get("ssl.certificate.location"):
+        ctx.load_cert_chain(
+            str(props["ssl.certificate.location"]),
+            str(props["ssl.key.location"]) if props.get("ssl.key.location") else None,
+            password=str(password) if password else None,
+        )
+    elif props.get("ssl.certificate.pem"):
+        _load_pem_chain(ctx, str(props["ssl.certificate.pem"]), str(props.get("ssl.key.pem") or ""), password)
+    elif props.get("ssl.keystore.location"):
+        from cryptography.hazmat.primitives.serialization import (
+            BestAvailableEncryption,
+            Encoding,
+            NoEncryption,
+            PrivateFormat,
+            pkcs12,
+        )
+
+        secret = props.get("ssl.keystore.password")
+        with open(str(props["ssl.keystore.location"]), "rb") as fh:
+            key, cert, chain = pkcs12.load_key_and_certificates(fh.read(), str(secret).encode() if secret else None)
+        if key is None or cert is None:
+            raise UnsupportedProperty("ssl.keystore.location: the keystore holds no private key and certificate")
+        # Written back out only to a private temporary file that is gone once loaded.
+        encryption = BestAvailableEncryption(str(secret).encode()) if secret else NoEncryption()
+        key_pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, encryption).decode()
+        certs_pem = "".join(c.public_bytes(Encoding.PEM).decode() for c in [cert, *chain])
+        _load_pem_chain(ctx, certs_pem, key_pem, secret)
+    elif props.get("ssl.key.location") or props.get("ssl.key.pem"):
+        raise UnsupportedProperty("ssl.key.*: a client key needs its certificate (ssl.certificate.location or .pem)")
+
+
+def _load_pem_chain(ctx: ssl.SSLContext, certificate: str, key: str, password: Any) -> None:
+    # SSLContext reads certificates and keys from files only: a private folder, removed at once.
+    with tempfile.TemporaryDirectory(prefix="strait-tls-") as folder:
+        path = os.path.join(folder, "client.pem")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(key + "\n" + certificate if key else certificate)
+        ctx.load_cert_chain(path, password=str(password) if password else None)
 
 
 def legacy_admin(props: ClusterProps, **overrides: Any) -> Any:

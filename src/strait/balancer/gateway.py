@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from strait import clients
+from strait.balancer.capacity import Capacities
 from strait.balancer.errors import ClusterError
 from strait.balancer.model import Broker, ClusterModel, LogDir, Partition, PartitionKey
 
@@ -53,6 +54,8 @@ class Gateway(Protocol):
 
     def replica_dirs(self, brokers: Iterable[int], topics: Iterable[str]) -> dict[ReplicaKey, ReplicaDirs]: ...
 
+    def disk_usage(self, brokers: Iterable[int]) -> dict[tuple[int, str], int]: ...
+
     def reassign(self, targets: Mapping[PartitionKey, tuple[int, ...] | None]) -> dict[PartitionKey, str | None]: ...
 
     def move_dirs(self, targets: Mapping[ReplicaKey, str]) -> dict[ReplicaKey, str | None]: ...
@@ -72,15 +75,18 @@ class KafkaGateway:
     """`Gateway` over kafka-python's KafkaAdminClient.
 
     `capacities` sizes disks the broker cannot size (or sizes them differently, as in the
-    sandbox where every log dir shares one filesystem): keys are "broker:path", "path" or "*",
-    tried in that order; without a match the dir's total bytes from DescribeLogDirs v4+ are used.
+    sandbox where every log dir shares one filesystem): rules as in `strait.balancer.capacity`
+    ("*", a path glob, a broker id, "broker:path"); without a match the dir's total bytes from
+    DescribeLogDirs v4+ are used. The reported total and free bytes are kept on every `LogDir`.
     """
 
-    def __init__(self, props: Mapping[str, Any], capacities: Mapping[str, int] | None = None) -> None:
+    def __init__(self, props: Mapping[str, Any], capacities: Capacities | Mapping[str, int] | None = None) -> None:
         self.props = dict(props)
-        self.capacities = dict(capacities or {})
+        self.capacities = Capacities.of(capacities)
         try:
             self._admin = clients.legacy_admin(self.props, client_id="strait-balancer")
+        except (clients.UnsupportedProperty, OSError) as exc:  # a setting, or a TLS file it names
+            raise ClusterError(f"cannot use the properties of {self.props.get('bootstrap.servers')}: {exc}") from exc
         except Exception as exc:
             raise ClusterError(f"cannot reach Kafka at {self.props.get('bootstrap.servers')}: {exc}") from exc
 
@@ -167,7 +173,7 @@ class KafkaGateway:
                         key = (t["name"], int(p["partition_index"]))
                         where[(key[0], key[1], broker)] = d["log_dir"]
                         sizes[key] = max(sizes.get(key, 0), size)
-                dirs.append(LogDir(broker, d["log_dir"], self._capacity(broker, d), used))
+                dirs.append(self._log_dir(broker, d, used))
         partitions = []
         for t in topics:
             for p in t["partitions"]:
@@ -178,18 +184,30 @@ class KafkaGateway:
                 partitions.append(Partition(key[0], key[1], reps, placed, sizes.get(key, 0), leader))
         return ClusterModel.build(brokers, dirs, partitions, cluster_id)
 
-    def _capacity(self, broker: int, d: Mapping[str, Any]) -> int:
+    def _log_dir(self, broker: int, d: Mapping[str, Any], used: int) -> LogDir:
         path = str(d["log_dir"])
-        for key in (f"{broker}:{path}", path, "*"):
-            if key in self.capacities:
-                return int(self.capacities[key])
         total = int(d.get("total_bytes", -1))
+        free = int(d.get("usable_bytes", -1))
+        configured = self.capacities.size_for(broker, path)
+        if configured is not None:
+            return LogDir(broker, path, configured, used, total, free, configured=True)
         if total <= 0:
             raise ClusterError(
                 f"broker {broker} did not report the size of log dir {path} (DescribeLogDirs < v4); "
-                "give it with --capacity"
+                "give it with --capacity or under balance.capacities in the configuration file"
             )
-        return total
+        return LogDir(broker, path, total, used, total, free)
+
+    def disk_usage(self, brokers: Iterable[int]) -> dict[tuple[int, str], int]:
+        """Bytes on each log dir of `brokers` now, partial copies (future replicas) included."""
+        usage: dict[tuple[int, str], int] = {}
+        for entry in self._log_dirs(brokers, None):
+            broker = int(entry["broker"])
+            for d in entry["log_dirs"]:
+                usage[(broker, str(d["log_dir"]))] = sum(
+                    int(p["partition_size"]) for t in d["topics"] for p in t["partitions"]
+                )
+        return usage
 
     def reassignments(self) -> dict[PartitionKey, Reassignment]:
         found = self._admin.list_partition_reassignments()
