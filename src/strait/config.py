@@ -24,6 +24,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from strait.balancer.settings import BalanceConfig
 from strait.secrets import SecretError, redact, resolve
 
 ENV_PREFIX = "STRAIT_"
@@ -213,6 +214,7 @@ class StraitConfig(_Model):
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
+    balance: BalanceConfig = Field(default_factory=BalanceConfig)
 
     @field_validator("clusters")
     @classmethod
@@ -242,6 +244,16 @@ class StraitConfig(_Model):
                         f"routes.{index}.{role}: unknown cluster {cluster!r} "
                         f"(clusters: {', '.join(sorted(self.clusters)) or 'none'})"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _known_balance_clusters(self) -> StraitConfig:
+        unknown = self.balance.unknown_clusters(self.clusters)
+        if unknown:
+            raise ValueError(
+                f"balance.capacities: unknown cluster(s) {', '.join(unknown)} "
+                f"(clusters: {', '.join(sorted(self.clusters)) or 'none'})"
+            )
         return self
 
     def route(self, name: str) -> RouteConfig | None:

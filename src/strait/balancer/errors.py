@@ -17,6 +17,10 @@ class StalePlanError(PlanError):
     """The cluster changed since the plan was made (a partition's replicas or dirs differ)."""
 
 
+class CapacityError(BalanceError):
+    """Disk capacities are missing where the plan needs them (e.g. dirs sharing one filesystem)."""
+
+
 class ClusterError(BalanceError):
     """A Kafka admin call failed."""
 

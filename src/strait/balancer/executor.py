@@ -10,130 +10,66 @@ Deviations from the ideal, forced by Kafka's APIs: an inter-broker move picks th
 new replica by calling AlterReplicaLogDirs before the reassignment (the broker remembers the
 preferred dir and answers ReplicaNotAvailable); should the replica still land elsewhere, the
 executor follows up with an intra-broker move before it calls the move done.
+
+Capacity: a move starts only when its destination disks have room for it next to what is on them
+and what is already moving there (`strait.balancer.headroom`); otherwise it waits, and says why.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from strait.balancer.errors import BalanceError, ExecutionConflict, PlanError
-from strait.balancer.gateway import Gateway, Reassignment, ReplicaKey
-from strait.balancer.model import ClusterModel, Partition
+from strait.balancer.gateway import Gateway, ReplicaKey
+from strait.balancer.headroom import RoomKeeper, with_capacities
+from strait.balancer.kafka_moves import UNKNOWN, already_applied, cancel, cancel_moves, settled, stale
 from strait.balancer.plan import InterBrokerMove, IntraBrokerMove, Move, Plan, order_for_execution, validate
-from strait.balancer.state import Execution, StateStore
+from strait.balancer.progress import (
+    ACTIVE,
+    CANCELLED,
+    DONE,
+    FAILED,
+    FINAL,
+    PENDING,
+    PLACING,
+    RUNNING,
+    SKIPPED,
+    Options,
+    Snapshot,
+    make_snapshot,
+    snapshot_of,
+)
+from strait.balancer.state import StateStore
 from strait.balancer.throttle import Ledger, Throttles
-from strait.balancer.window import Caps, Window, footprint
+from strait.balancer.window import Window, footprint
+
+# The executor's public face: callers use `executor.Options`, `executor.cancel`, and so on.
+__all__ = [
+    "Executor",
+    "Options",
+    "Snapshot",
+    "cancel",
+    "cancel_moves",
+    "new_execution_id",
+    "resume",
+    "snapshot_of",
+    "start",
+]
 
 log = logging.getLogger(__name__)
 
-PENDING, RUNNING, PLACING, DONE, FAILED, CANCELLED, SKIPPED = (
-    "pending",
-    "running",
-    "placing",
-    "done",
-    "failed",
-    "cancelled",
-    "skipped",
-)
-ACTIVE = (RUNNING, PLACING)
-FINAL = (DONE, FAILED, CANCELLED, SKIPPED)
-# Errors AlterReplicaLogDirs returns for a replica the broker does not host yet; the preferred dir
-# is still recorded, which is all we asked for.
 # How long metadata may disagree with the controller about a finished reassignment.
 _METADATA_GRACE = 10.0
+# Errors AlterReplicaLogDirs returns for a replica the broker does not host yet; the preferred dir
+# is still recorded, which is all we asked for.
 _NOT_HOSTED_YET = {"ReplicaNotAvailableError", "NotLeaderOrFollowerError", "NotLeaderForPartitionError"}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Options:
-    """How to run an execution."""
-
-    mode: str = "pipeline"
-    caps: Caps = field(default_factory=Caps)
-    throttle: int | None = None
-    poll_interval: float = 0.5
-    heartbeat_interval: float = 2.0
-    elect_leaders: bool = True
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("pipeline", "batch"):
-            raise ValueError(f"mode must be 'pipeline' or 'batch', got {self.mode!r}")
-        if self.throttle is not None and self.throttle <= 0:
-            raise ValueError(f"throttle must be a positive rate in bytes/s, got {self.throttle}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Options:
-        values = dict(data)
-        values["caps"] = Caps(**dict(values.get("caps") or {}))
-        return cls(**values)
-
-
-@dataclass
-class Snapshot:
-    """Progress at one moment, for progress bars, `status` and the REST layer."""
-
-    execution_id: str
-    status: str
-    total: int
-    done: int
-    failed: int
-    in_flight: int
-    pending: int
-    bytes_total: int
-    bytes_done: int
-    moves: dict[str, dict[str, Any]]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def snapshot_of(execution: Execution) -> Snapshot:
-    """Progress of a stored execution, read from the state topic alone."""
-    plan = Plan.from_dict(execution.plan)
-    states = dict(execution.progress.get("moves") or {})
-    return _snapshot(execution.id, execution.status, plan.moves, states)
-
-
-def _snapshot(
-    execution_id: str, status: str, moves: Iterable[Move], states: Mapping[str, Mapping[str, Any]]
-) -> Snapshot:
-    total = done = failed = in_flight = pending = 0
-    bytes_total = bytes_done = 0
-    for m in moves:
-        total += 1
-        bytes_total += m.bytes
-        state = states.get(m.id, {}).get("state", PENDING)
-        if state == DONE:
-            done += 1
-            bytes_done += m.bytes
-        elif state == FAILED:
-            failed += 1
-        elif state in ACTIVE:
-            in_flight += 1
-        elif state == PENDING:
-            pending += 1
-    return Snapshot(
-        execution_id,
-        status,
-        total,
-        done,
-        failed,
-        in_flight,
-        pending,
-        bytes_total,
-        bytes_done,
-        {k: dict(v) for k, v in states.items()},
-    )
 
 
 class Executor:
@@ -166,6 +102,7 @@ class Executor:
             self.states.setdefault(m.id, {"state": PENDING})
         self.throttles = Throttles(gateway, Ledger.from_dict(saved.get("throttles")))
         self.window = Window(options.caps)
+        self.keeper = RoomKeeper(plan, lambda brokers: gateway.disk_usage(brokers), clock, options.heartbeat_interval)
         self.status = "running"
         self._cancel = False
         self._last_beat = 0.0
@@ -184,7 +121,7 @@ class Executor:
         self._cancel = True
 
     def snapshot(self) -> Snapshot:
-        return _snapshot(self.id, self.status, self.plan.moves, self.states)
+        return make_snapshot(self.id, self.status, self.plan.moves, self.states)
 
     def run(self, on_tick: Callable[[Snapshot], None] | None = None) -> Snapshot:
         """Run to the end; returns the final snapshot. Throttles are removed however it ends."""
@@ -252,6 +189,8 @@ class Executor:
             entry["started"] = time.time()
         if state in FINAL:
             entry["finished"] = time.time()
+            if move.id in self.window.running:
+                self.keeper.moved()
             self.window.remove(move.id)
         self._dirty = True
 
@@ -299,7 +238,7 @@ class Executor:
             wrong = {
                 (m.topic, m.partition, b): d
                 for b, d in m.target_dirs.items()
-                if dirs.get((m.topic, m.partition, b), _UNKNOWN).current != d
+                if dirs.get((m.topic, m.partition, b), UNKNOWN).current != d
             }
             if wrong:
                 fix.update(wrong)
@@ -334,7 +273,7 @@ class Executor:
                 targets = {int(b): d for b, d in self.states[m.id].get("placing", {}).items()}
             done = True
             for b, d in targets.items():
-                where = dirs.get((m.topic, m.partition, b), _UNKNOWN)
+                where = dirs.get((m.topic, m.partition, b), UNKNOWN)
                 if where.current == d and where.future is None:
                     continue
                 done = False
@@ -364,11 +303,20 @@ class Executor:
             # Only partitions another tool is reassigning are left. Their moves are not ours to
             # force or to wait on forever: skip them, leaving the other tool's work alone.
             for m in candidates:
-                self._set(m, SKIPPED, error=f"partition {m.topic}-{m.partition} is being reassigned by "
-                          "another tool; left alone")
+                self._set(
+                    m,
+                    SKIPPED,
+                    error=f"partition {m.topic}-{m.partition} is being reassigned by another tool; left alone",
+                )
             return
-        admitted = self.window.admit(candidates, busy)
+        room = None
+        if len(self.window.running) < self.options.caps.in_flight:
+            room = self.keeper.room(active)
+        admitted = self.window.admit(candidates, busy, room=room)
+        self._note_waiting()
         if not admitted:
+            if not active:
+                self._skip_without_room()
             return
         current = self.gateway.replicas({m.topic for m in admitted})
         intra_brokers = {m.broker for m in admitted if isinstance(m, IntraBrokerMove)}
@@ -379,11 +327,11 @@ class Executor:
         )
         ready: list[Move] = []
         for m in admitted:
-            if _already_applied(m, current, dirs):
+            if already_applied(m, current, dirs):
                 # Submitted just before a crash, before its state was saved: nothing to redo.
                 self._set(m, DONE, note="found already applied")
                 continue
-            problem = _stale(m, current, dirs)
+            problem = stale(m, current, dirs)
             if problem is not None:
                 self._set(m, SKIPPED, error=problem)
                 continue
@@ -415,6 +363,31 @@ class Executor:
                     self._set(m, FAILED, error=f"AlterReplicaLogDirs: {err}")
                 else:
                     self._set(m, RUNNING)
+
+    def _note_waiting(self) -> None:
+        """Record why each move the disks held back waits (shown by `status`), clear it once it has room."""
+        for move_id, block in self.window.verdicts.items():
+            entry = self.states[move_id]
+            if block is None:
+                if entry.pop("waiting", None) is not None:
+                    entry.pop("waiting_on", None)
+                    self._dirty = True
+                continue
+            on = f"{block.disk[0]}:{block.disk[1]}"
+            entry["waiting"] = str(block)  # the figures change every tick: saved with the heartbeat
+            if entry.get("waiting_on") != on:
+                entry["waiting_on"] = on
+                self._dirty = True
+
+    def _skip_without_room(self) -> None:
+        """Nothing runs, yet the disks hold moves back: nothing of ours will make room, so skip them."""
+        for move_id, block in self.window.verdicts.items():
+            if block is not None:
+                self._set(
+                    self.moves[move_id],
+                    SKIPPED,
+                    error=f"{block}, and no move in flight will make room there (add capacity or make a new plan)",
+                )
 
     def _cancel_in_flight(self) -> None:
         self.status = "cancelling"
@@ -480,94 +453,6 @@ class Executor:
         self._last_beat = self.clock()
 
 
-class _Unknown:
-    current: str | None = None
-    future: str | None = None
-    future_size = 0
-
-
-_UNKNOWN: Any = _Unknown()
-
-
-def _already_applied(
-    move: Move, current: Mapping[tuple[str, int], tuple[int, ...]], dirs: Mapping[ReplicaKey, Any]
-) -> bool:
-    if isinstance(move, InterBrokerMove):
-        return current.get(move.key) == move.target and move.target != move.source
-    where = dirs.get((move.topic, move.partition, move.broker), _UNKNOWN)
-    return bool(where.current == move.target_dir and where.future is None)
-
-
-def _stale(
-    move: Move, current: Mapping[tuple[str, int], tuple[int, ...]], dirs: Mapping[ReplicaKey, Any]
-) -> str | None:
-    """Why `move` cannot start on the cluster as it is now, or None if it can."""
-    now = current.get(move.key)
-    name = f"{move.topic}-{move.partition}"
-    if now is None:
-        return f"partition {name} no longer exists"
-    if isinstance(move, InterBrokerMove):
-        if now != move.source:
-            return f"partition {name} has replicas {list(now)}, the plan expected {list(move.source)}"
-        return None
-    where = dirs.get((move.topic, move.partition, move.broker), _UNKNOWN)
-    if move.broker not in now or where.current != move.source_dir:
-        return f"partition {name} on broker {move.broker} is not in {move.source_dir} any more"
-    if where.future is not None:
-        return f"partition {name} on broker {move.broker} is already being moved to {where.future} by another tool"
-    return None
-
-
-def cancel_moves(
-    gateway: Gateway,
-    moves: Iterable[Move],
-    states: Mapping[str, Mapping[str, Any]],
-    *,
-    timeout: float = 60.0,
-    sleep: Callable[[float], None] = time.sleep,
-) -> None:
-    """Cancel moves in flight and wait until Kafka has let go of them.
-
-    Inter-broker: KIP-455 cancel (replicas None) restores the original replica set and drops the
-    partial copies. Intra-broker: sending the replica back to the dir it is in drops the future
-    replica. Either way nothing is left copying when this returns.
-    """
-    moves = list(moves)
-    inter = [m for m in moves if isinstance(m, InterBrokerMove) and states.get(m.id, {}).get("state") == RUNNING]
-    if inter:
-        for key, err in gateway.reassign({m.key: None for m in inter}).items():
-            if err and err != "NoReassignmentInProgressError":
-                log.warning("cancelling reassignment of %s-%s: %s", key[0], key[1], err)
-    watch: dict[ReplicaKey, None] = {}
-    for m in moves:
-        if isinstance(m, IntraBrokerMove):
-            watch[(m.topic, m.partition, m.broker)] = None
-        else:
-            for b in states.get(m.id, {}).get("placing", {}):
-                watch[(m.topic, m.partition, int(b))] = None
-    deadline = time.monotonic() + timeout
-    while True:
-        pending_inter = set(gateway.reassignments()) & {m.key for m in inter}
-        futures: dict[ReplicaKey, str] = {}
-        if watch:
-            dirs = gateway.replica_dirs({b for _, _, b in watch}, {t for t, _, _ in watch})
-            futures = {
-                rk: str(dirs[rk].current)
-                for rk in watch
-                if rk in dirs and dirs[rk].future is not None and dirs[rk].current is not None
-            }
-            if futures:
-                gateway.move_dirs(futures)
-        if not pending_inter and not futures:
-            return
-        if time.monotonic() > deadline:
-            raise BalanceError(
-                f"cancel did not settle within {timeout:.0f}s: reassignments {sorted(pending_inter)}, "
-                f"future replicas {sorted(futures)}"
-            )
-        sleep(0.5)
-
-
 # ---- entry points for the CLI and the REST layer ---------------------------------------------
 
 
@@ -578,8 +463,9 @@ def new_execution_id() -> str:
 def start(gateway: Gateway, store: StateStore, plan: Plan, options: Options) -> Executor:
     """Validate `plan` against the cluster now, record it, and return an executor ready to `run`.
 
-    Refuses if another execution on this cluster is still running (or died without finishing: it
-    must be resumed or cancelled first).
+    The disks' capacities are recorded with the plan: configured ones (the gateway's rules) over
+    those the plan was made with, over what the brokers report. Refuses if another execution on
+    this cluster is still running (or died without finishing: it must be resumed or cancelled first).
     """
     current = store.current()
     if current is not None and not current.finished():
@@ -587,31 +473,13 @@ def start(gateway: Gateway, store: StateStore, plan: Plan, options: Options) -> 
         raise ExecutionConflict(
             f"execution {current.id} is {state} on this cluster; use `status`, `cancel`, or `execute --resume`"
         )
-    model = _settled(gateway.load_model(), gateway.reassignments())
+    model = settled(gateway.load_model(), gateway.reassignments())
     validate(plan, model)
+    # The disk sizes the capacity limit is held against while moves run travel with the plan.
+    plan = dataclasses.replace(plan, capacities=with_capacities(plan, model))
     execution_id = new_execution_id()
     store.start(execution_id, plan.to_dict(), options.to_dict())
     return Executor(gateway, store, execution_id, plan, options)
-
-
-def _settled(model: ClusterModel, reassigning: Mapping[tuple[str, int], Reassignment]) -> ClusterModel:
-    """The model with partitions under someone's reassignment shown at their original replicas.
-
-    Metadata lists adding and removing replicas together while a reassignment runs; a plan made
-    before it started must not be called stale for that (the executor leaves such partitions
-    alone anyway).
-    """
-    if not reassigning:
-        return model
-    parts = []
-    for key, p in model.partitions.items():
-        r = reassigning.get(key)
-        if r is not None and r.adding:
-            keep = [i for i, b in enumerate(p.replicas) if b not in r.adding]
-            p = Partition(p.topic, p.partition, tuple(p.replicas[i] for i in keep), tuple(p.dirs[i] for i in keep),
-                          p.size, p.leader)
-        parts.append(p)
-    return ClusterModel.build(model.brokers.values(), model.all_dirs(), parts, model.cluster_id)
 
 
 def resume(gateway: Gateway, store: StateStore, execution_id: str | None = None) -> Executor:
@@ -633,53 +501,3 @@ def resume(gateway: Gateway, store: StateStore, execution_id: str | None = None)
     if execution.cancel_requested:
         executor.request_cancel()
     return executor
-
-
-def cancel(gateway: Gateway, store: StateStore, *, wait: float = 60.0, by: str = "cli") -> Execution | None:
-    """Cancel the current execution, from any process.
-
-    A live executor is asked through the state topic and does the work itself; if none answers
-    (its process died), this call cancels the moves in flight, removes the recorded throttles,
-    and marks the execution cancelled.
-    """
-    execution = store.current()
-    if execution is None or execution.finished():
-        return execution
-    store.request_cancel(execution.id, by)
-    deadline = time.monotonic() + wait
-    while execution is not None and execution.alive() and time.monotonic() < deadline:
-        time.sleep(0.5)
-        execution = store.load(execution.id)
-        if execution is not None and execution.finished():
-            return execution
-    if execution is None:
-        return None
-    plan = Plan.from_dict(execution.plan)
-    states = {k: dict(v) for k, v in dict(execution.progress.get("moves") or {}).items()}
-    active = [m for m in plan.moves if states.get(m.id, {}).get("state") in ACTIVE]
-    # A move submitted just before the executor died may still read "pending": claim it when
-    # Kafka shows exactly our reassignment on that partition.
-    reassigning = gateway.reassignments()
-    for m in plan.moves:
-        entry = states.get(m.id, {})
-        if (
-            isinstance(m, InterBrokerMove)
-            and entry.get("state", PENDING) == PENDING
-            and m.key in reassigning
-            and set(reassigning[m.key].adding) == set(m.adding)
-        ):
-            states[m.id] = {**entry, "state": RUNNING}
-            active.append(m)
-    cancel_moves(gateway, active, states)
-    Throttles(gateway, Ledger.from_dict(execution.progress.get("throttles"))).clear()
-    for m in plan.moves:
-        entry = states.setdefault(m.id, {"state": PENDING})
-        if entry["state"] in ACTIVE or entry["state"] == PENDING:
-            entry["state"] = CANCELLED
-            entry["finished"] = time.time()
-    progress = dict(execution.progress)
-    progress.update(
-        status="cancelled", moves=states, throttles=Ledger().to_dict(), heartbeat=time.time(), cancelled_by=by
-    )
-    store.save_progress(execution.id, progress)
-    return store.load(execution.id)

@@ -24,12 +24,19 @@ class Broker:
 
 @dataclass(frozen=True, slots=True)
 class LogDir:
-    """One disk of one broker. `capacity` and `used` are bytes."""
+    """One disk of one broker. `capacity` and `used` are bytes.
+
+    `total` and `free` are what the broker reported for the dir's filesystem (-1: not reported);
+    `configured` says whether `capacity` came from a rule given by people rather than `total`.
+    """
 
     broker: int
     path: str
     capacity: int
     used: int
+    total: int = -1
+    free: int = -1
+    configured: bool = False
 
     @property
     def ratio(self) -> float:
@@ -120,7 +127,16 @@ class ClusterModel:
             "cluster_id": self.cluster_id,
             "brokers": [{"id": b.id, "rack": b.rack} for b in self.brokers.values()],
             "log_dirs": [
-                {"broker": d.broker, "path": d.path, "capacity": d.capacity, "used": d.used} for d in self.all_dirs()
+                {
+                    "broker": d.broker,
+                    "path": d.path,
+                    "capacity": d.capacity,
+                    "used": d.used,
+                    "total": d.total,
+                    "free": d.free,
+                    "configured": d.configured,
+                }
+                for d in self.all_dirs()
             ],
             "partitions": [
                 {
@@ -140,7 +156,16 @@ class ClusterModel:
         return cls.build(
             brokers=[Broker(int(b["id"]), b.get("rack")) for b in data["brokers"]],
             log_dirs=[
-                LogDir(int(d["broker"]), str(d["path"]), int(d["capacity"]), int(d["used"])) for d in data["log_dirs"]
+                LogDir(
+                    int(d["broker"]),
+                    str(d["path"]),
+                    int(d["capacity"]),
+                    int(d["used"]),
+                    int(d.get("total", -1)),
+                    int(d.get("free", -1)),
+                    bool(d.get("configured", False)),
+                )
+                for d in data["log_dirs"]
             ],
             partitions=[
                 Partition(

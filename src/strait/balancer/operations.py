@@ -1,18 +1,25 @@
-"""The operations a user asks for, each a pure function from a cluster model to a plan."""
+"""The operations a user asks for, each a pure function from a cluster model to a plan.
+
+Those that balance by usage ratio (rebalance, drain, fill) first refuse a model whose brokers
+cannot size their disks (dirs sharing one filesystem without configured capacities);
+fix-racks and leaders do not need sizes and always plan.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Collection
 
 from strait.balancer import planner
+from strait.balancer.capacity import require_capacities
 from strait.balancer.goals import Goals, eligible_dirs, min_bytes_to_move, spread
 from strait.balancer.model import ClusterModel
-from strait.balancer.plan import Plan, apply, diff
+from strait.balancer.plan import Plan, apply, diff, disk_key
 
 
 def rebalance(model: ClusterModel, goals: Goals | None = None) -> Plan:
     """Fix rack violations, then spread usage over all disks, then even out leaders."""
     goals = goals or Goals()
+    require_capacities(model)
     ws = planner.Workspace(model, goals)
     warnings: list[str] = []
     planner.fix_racks(ws, warnings)
@@ -28,6 +35,7 @@ def drain(model: ClusterModel, brokers: Collection[int], goals: Goals | None = N
     unknown = sorted(set(brokers) - set(model.brokers))
     if unknown:
         raise ValueError(f"cannot drain unknown broker(s) {unknown}")
+    require_capacities(model, excluded=brokers)
     ws = planner.Workspace(model, goals, excluded=brokers)
     warnings: list[str] = []
     planner.drain(ws, warnings)
@@ -44,6 +52,7 @@ def fill(model: ClusterModel, brokers: Collection[int], goals: Goals | None = No
     unknown = sorted(set(brokers) - set(model.brokers))
     if unknown:
         raise ValueError(f"cannot fill unknown broker(s) {unknown}")
+    require_capacities(model)
     ws = planner.Workspace(model, goals)
     warnings: list[str] = []
     planner.spread_disks(ws, warnings, destinations=brokers)
@@ -88,4 +97,5 @@ def _finish(operation: str, model: ClusterModel, goals: Goals, ws: planner.Works
         goals=goals.to_dict() | {"excluded_brokers": sorted(excluded)},
         warnings=tuple(outcome.warnings),
         stats=stats,
+        capacities={disk_key(d.broker, d.path): d.capacity for d in model.all_dirs()},
     )

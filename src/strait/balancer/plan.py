@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from strait.balancer.errors import PlanError, StalePlanError
@@ -106,6 +106,9 @@ class Plan:
     goals: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     stats: Mapping[str, Any] = field(default_factory=dict)
+    # The disk sizes the plan was made with, "broker:path" -> bytes; the executor holds the
+    # capacity limit against them while moves run (see `strait.balancer.headroom`).
+    capacities: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def bytes(self) -> int:
@@ -121,6 +124,7 @@ class Plan:
             "bytes": self.bytes,
             "warnings": list(self.warnings),
             "stats": dict(self.stats),
+            "capacities": dict(self.capacities),
         }
 
     def to_json(self) -> str:
@@ -149,6 +153,7 @@ class Plan:
             goals=dict(data.get("goals") or {}),
             warnings=tuple(str(w) for w in data.get("warnings") or ()),
             stats=dict(data.get("stats") or {}),
+            capacities=_parse_capacities(data.get("capacities")),
         )
 
     @classmethod
@@ -158,6 +163,22 @@ class Plan:
         except json.JSONDecodeError as exc:
             raise PlanError(f"plan is not valid JSON: {exc}") from exc
         return cls.from_dict(data)
+
+
+def _parse_capacities(raw: Any) -> dict[str, int]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise PlanError("plan 'capacities' must map 'broker:path' to bytes")
+    try:
+        return {str(k): int(v) for k, v in raw.items()}
+    except (TypeError, ValueError) as exc:
+        raise PlanError(f"plan 'capacities' must map 'broker:path' to bytes ({exc})") from exc
+
+
+def disk_key(broker: int, path: str) -> str:
+    """How a disk is named in a plan's `capacities`."""
+    return f"{broker}:{path}"
 
 
 def _parse_move(index: int, raw: Any) -> Move:
@@ -262,13 +283,12 @@ def apply(model: ClusterModel, moves: Iterable[Move]) -> ClusterModel:
             delta[(b, d)] = delta.get((b, d), 0) - old.size
         for b, d in zip(new.replicas, new.dirs, strict=True):
             delta[(b, d)] = delta.get((b, d), 0) + new.size
-    dirs_after = [
-        LogDir(d.broker, d.path, d.capacity, d.used + delta.get((d.broker, d.path), 0)) for d in model.all_dirs()
-    ]
+    dirs_after = [replace(d, used=d.used + delta.get((d.broker, d.path), 0)) for d in model.all_dirs()]
     parts = dict(model.partitions)
     parts.update(changed)
-    return ClusterModel(brokers=model.brokers, log_dirs=_group(dirs_after, model), partitions=parts,
-                        cluster_id=model.cluster_id)
+    return ClusterModel(
+        brokers=model.brokers, log_dirs=_group(dirs_after, model), partitions=parts, cluster_id=model.cluster_id
+    )
 
 
 def _group(dirs: Iterable[LogDir], model: ClusterModel) -> dict[int, tuple[LogDir, ...]]:

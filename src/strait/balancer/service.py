@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from strait.balancer import executor, operations
+from strait.balancer.capacity import Capacities
 from strait.balancer.gateway import KafkaGateway
 from strait.balancer.goals import Goals
 from strait.balancer.plan import Plan
@@ -36,9 +37,13 @@ def make_plan(
     *,
     brokers: Collection[int] = (),
     goals: Goals | None = None,
-    capacities: Mapping[str, int] | None = None,
+    capacities: Capacities | Mapping[str, int] | None = None,
 ) -> Plan:
-    """Load the cluster and plan `operation` (dry run: nothing changes)."""
+    """Load the cluster and plan `operation` (dry run: nothing changes).
+
+    Raises `CapacityError` where the plan needs disk sizes the brokers cannot tell (dirs sharing
+    one filesystem) and `capacities` does not give them.
+    """
     if operation not in OPERATIONS:
         raise ValueError(f"unknown operation {operation!r} (one of {', '.join(OPERATIONS)})")
     if operation in ("drain", "fill") and not brokers:
@@ -60,13 +65,19 @@ def make_plan(
     return operations.rebalance(model, goals)
 
 
-def submit(props: Mapping[str, Any], plan: Plan, options: executor.Options | None = None) -> str:
+def submit(
+    props: Mapping[str, Any],
+    plan: Plan,
+    options: executor.Options | None = None,
+    capacities: Capacities | Mapping[str, int] | None = None,
+) -> str:
     """Validate and record `plan`, start it in a background process, return the execution id.
 
+    `capacities` (configured disk sizes) are recorded with the plan and held while moves run.
     Raises `ExecutionConflict` if an execution is already running or unfinished, and
     `PlanError`/`StalePlanError` (naming the partition) if the plan does not fit the cluster.
     """
-    gateway = KafkaGateway(props)
+    gateway = KafkaGateway(props, capacities)
     try:
         run = executor.start(gateway, StateStore(props), plan, options or executor.Options())
     finally:

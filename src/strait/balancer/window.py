@@ -4,6 +4,8 @@ Meituan's point: never wait for a whole batch. A move starts as soon as it fits 
 (moves in flight overall, data flowing into and out of each broker, copies touching each disk),
 so one long-tail partition holds one slot, not the whole run. Pending moves are offered biggest
 first, and a move that does not fit is skipped over rather than blocking smaller ones behind it.
+A move must also find room on its destination disks (`strait.balancer.headroom`) when the
+executor holds capacity limits.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from strait.balancer.headroom import Block, Headroom
 from strait.balancer.plan import InterBrokerMove, Move
 
 
@@ -58,6 +61,7 @@ class Window:
     _in: Counter[int] = field(default_factory=Counter)
     _out: Counter[int] = field(default_factory=Counter)
     _disk: Counter[tuple[int, str]] = field(default_factory=Counter)
+    verdicts: dict[str, Block | None] = field(default_factory=dict)
 
     def fits(self, fp: Footprint) -> bool:
         if len(self.running) >= self.caps.in_flight:
@@ -87,21 +91,31 @@ class Window:
         pending: Iterable[Move],
         busy: set[tuple[str, int]],
         source_dirs: dict[tuple[str, int], dict[int, str]] | None = None,
+        room: Headroom | None = None,
     ) -> list[Move]:
         """Moves from `pending` (already in priority order) that fit now; they are added to the window.
 
         `busy` holds partitions that must not start (a move of ours or another tool's runs on
         them); admitted partitions are added to it, so one partition never has two moves at once.
+        With `room`, a move must also fit on its destination disks (see `strait.balancer.headroom`);
+        what `room` said of each move it judged is left in `verdicts` (None: it had room).
         """
         started: list[Move] = []
+        self.verdicts = {}
         for move in pending:
             if len(self.running) >= self.caps.in_flight:
                 break
             if move.key in busy:
                 continue
             fp = footprint(move, (source_dirs or {}).get(move.key))
-            if self.fits(fp):
-                self.add(move.id, fp)
-                busy.add(move.key)
-                started.append(move)
+            if not self.fits(fp):
+                continue
+            if room is not None:
+                block = self.verdicts[move.id] = room.blocker(move)
+                if block is not None:
+                    continue
+                room.reserve(move)
+            self.add(move.id, fp)
+            busy.add(move.key)
+            started.append(move)
         return started

@@ -120,5 +120,6 @@ def create_app(service: ControllerService, *, api_token: str | None) -> FastAPI:
     def assignment() -> dict[str, str | None]:
         return service.assignment()
 
-    mount_balance(app, service.config.clusters, require_token)
+    sizes = {name: service.config.balance.capacities_of(name) for name in service.config.clusters}
+    mount_balance(app, service.config.clusters, require_token, sizes)
     return app

@@ -14,7 +14,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from strait.balancer import executor, service
-from strait.balancer.errors import ClusterError, ExecutionConflict, PlanError
+from strait.balancer.capacity import Capacities
+from strait.balancer.errors import CapacityError, ClusterError, ExecutionConflict, PlanError
 from strait.balancer.goals import Goals
 from strait.balancer.plan import Plan
 from strait.balancer.units import parse_bytes
@@ -40,9 +41,17 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 def mount_balance(
-    app: FastAPI, clusters: Mapping[str, Mapping[str, Any]], require_token: Callable[..., None]
+    app: FastAPI,
+    clusters: Mapping[str, Mapping[str, Any]],
+    require_token: Callable[..., None],
+    capacities: Mapping[str, Capacities] | None = None,
 ) -> None:
-    """Add the `/balance/...` endpoints for the clusters named in the configuration."""
+    """Add the `/balance/...` endpoints for the clusters named in the configuration.
+
+    `capacities` holds each cluster's configured disk sizes (`balance.capacities`). A plan that
+    needs sizes the brokers cannot tell is refused with 422, naming the brokers and dirs.
+    """
+    sizes = dict(capacities or {})
 
     def props_of(cluster: str) -> Mapping[str, Any] | JSONResponse:
         if cluster not in clusters:
@@ -62,14 +71,17 @@ def mount_balance(
         if isinstance(props, JSONResponse):
             return props
         try:
-            return service.make_plan(props, operation, brokers=brokers, goals=Goals(threshold=threshold)).to_dict()
+            return service.make_plan(
+                props, operation, brokers=brokers, goals=Goals(threshold=threshold), capacities=sizes.get(cluster)
+            ).to_dict()
+        except CapacityError as exc:
+            return _error(422, str(exc))
         except ValueError as exc:
             return _error(400, str(exc))
         except ClusterError as exc:
             return _error(503, f"cluster {cluster!r}: {exc}")
 
-    @app.post("/balance/{cluster}/executions", status_code=201, tags=["balance"],
-              dependencies=[Depends(require_token)])
+    @app.post("/balance/{cluster}/executions", status_code=201, tags=["balance"], dependencies=[Depends(require_token)])
     def start(cluster: str, body: ExecutionBody = Body(...)) -> Any:
         """Start an execution in the background; answers with its id."""
         props = props_of(cluster)
@@ -81,12 +93,19 @@ def mount_balance(
                 Plan.from_dict(body.plan)
                 if body.plan is not None
                 else service.make_plan(
-                    props, body.operation, brokers=body.brokers, goals=Goals(threshold=body.threshold)
+                    props,
+                    body.operation,
+                    brokers=body.brokers,
+                    goals=Goals(threshold=body.threshold),
+                    capacities=sizes.get(cluster),
                 )
             )
-            execution_id = service.submit(props, chosen, executor.Options(mode=body.mode, throttle=throttle))
+            options = executor.Options(mode=body.mode, throttle=throttle)
+            execution_id = service.submit(props, chosen, options, sizes.get(cluster))
         except ExecutionConflict as exc:
             return _error(409, str(exc))
+        except CapacityError as exc:
+            return _error(422, str(exc))
         except (PlanError, ValueError) as exc:
             return _error(400, str(exc))
         except ClusterError as exc:
