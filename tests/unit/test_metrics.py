@@ -217,7 +217,9 @@ def test_the_observatory_reports_lag_stuck_partitions_and_heals_them() -> None:
     assert view["leader"] and view["unassigned"] == 0
     assert view["workers_by_state"] == {"active": 2, "dead": 1}
     assert view["lag_by_topic"] == {"r/t": 1 + (int(now[0]) - 10)}
-    assert view["routes"] == [{"name": "r", "topics": 1, "bytes_per_s": 1000.0}]
+    assert view["routes"] == [
+        {"name": "r", "topics": 1, "bytes_per_s": 1000.0, "pools": None, "live_workers": 2, "no_live_worker": False}
+    ]
     [stuck] = view["stuck"]
     assert stuck["partition"] == "r/t/1" and stuck["worker"] == "w1" and stuck["moves"] == 1
     assert wakes == [1]

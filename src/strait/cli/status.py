@@ -57,20 +57,24 @@ def render(view: dict[str, Any]) -> Group:
 
 
 def _workers(view: dict[str, Any]) -> Table:
-    table = Table("worker", "state", "partitions", "bytes/s", "health", title="Workers")
+    table = Table("worker", "state", "pool", "partitions", "bytes/s", "health", title="Workers")
     for w in view["workers"]:
         health = "[red]hung[/]" if w["hung"] else "[yellow]slow[/]" if w["slow"] else "ok" if w["live"] else "-"
         state = f"[red]{w['state']}[/]" if w["state"] == "dead" else w["state"]
-        table.add_row(w["id"], state, str(len(w["partitions"])), f"{w['bytes_per_s']:,.0f}", health)
+        pool = w.get("pool", "default")
+        table.add_row(w["id"], state, pool, str(len(w["partitions"])), f"{w['bytes_per_s']:,.0f}", health)
     return table
 
 
 def _routes(view: dict[str, Any]) -> Table:
-    table = Table("route", "topics", "bytes/s", "e2e p50 s", "e2e p99 s", title="Routes")
+    table = Table("route", "pools", "topics", "bytes/s", "e2e p50 s", "e2e p99 s", title="Routes")
     for r in view["routes"]:
         latency = view["latency"].get(r["name"], {})
         p50, p99 = _num(latency.get("p50_s")), _num(latency.get("p99_s"))
-        table.add_row(r["name"], str(r["topics"]), f"{r['bytes_per_s']:,.0f}", p50, p99)
+        pools = ", ".join(r.get("pools") or []) or "any"
+        if r.get("no_live_worker"):
+            pools = f"[red]{pools}: no live worker, waiting[/]"
+        table.add_row(r["name"], pools, str(r["topics"]), f"{r['bytes_per_s']:,.0f}", p50, p99)
     return table
 
 

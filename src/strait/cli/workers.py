@@ -21,11 +21,12 @@ def list_workers(
 ) -> None:
     """List workers with their lifecycle state and partitions."""
     rows = api_call(config, api, token, "GET", "/workers")
-    table = Table("id", "state", "host", "partitions", "records copied", "lag")
+    table = Table("id", "state", "pool", "host", "partitions", "records copied", "lag")
     for row in rows:
         table.add_row(
             row["id"],
             row["state"],
+            row.get("pool", "default"),
             row["host"],
             str(len(row["partitions"])),
             str(row["records_copied"]),

@@ -64,6 +64,7 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
             heal=observability.heal,
             slow_worker_ratio=observability.slow_worker_ratio,
             hung_after_s=max(observability.stuck_after_s, 3 * config.worker.stats_interval_s),
+            route_pools={r.name: tuple(r.pools) if r.pools else None for r in config.routes},
         ),
         balance=lambda: read_executions(config.clusters),
     )

@@ -16,6 +16,7 @@ from strait.controller.discovery import MetadataUnavailable, SourceMetadata
 from strait.controller.loop import Controller
 from strait.coordination.model import ClusterSnapshot, PartitionKey, Start, TopicSpec, WorkerState
 from strait.coordination.store import CoordinationStore
+from strait.metrics import figures
 
 # Kafka's own rule for topic names.
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -92,19 +93,28 @@ class ControllerService:
         }
 
     def routes(self) -> list[dict[str, Any]]:
-        topics = self.store.topics()
-        return [
-            {
-                "name": r.name,
-                "source": r.source,
-                "destination": r.destination,
-                "include": r.include,
-                "exclude": r.exclude,
-                "replication_factor": r.replication_factor,
-                "topics": sum(1 for route, _ in topics if route == r.name),
-            }
-            for r in self.config.routes
-        ]
+        snapshot = self.store.snapshot()
+        live = figures.pools(snapshot)
+        rows = []
+        for r in self.config.routes:
+            workers = sum(n for pool, n in live.items() if r.pools is None or pool in r.pools)
+            rows.append(
+                {
+                    "name": r.name,
+                    "source": r.source,
+                    "destination": r.destination,
+                    "include": r.include,
+                    "exclude": r.exclude,
+                    "replication_factor": r.replication_factor,
+                    "topics": sum(1 for route, _ in snapshot.topics if route == r.name),
+                    # The worker pools it may use (null: any), their live workers, and whether it
+                    # waits for one (its partitions are not assigned meanwhile).
+                    "pools": r.pools,
+                    "live_workers": workers,
+                    "no_live_worker": workers == 0,
+                }
+            )
+        return rows
 
     def topics(self) -> list[dict[str, Any]]:
         snapshot = self.store.snapshot()
@@ -148,6 +158,7 @@ class ControllerService:
                 {
                     "id": worker.id,
                     "state": state.value,
+                    "pool": worker.pool,
                     "host": worker.host,
                     "pid": worker.pid,
                     "routes": sorted({k.route for k in assigned} | {k.route for k in worker.holding}),

@@ -66,10 +66,21 @@ class _ControllerCollector(Collector):
             "Bytes/s acknowledged by the destination, per route.",
             labels=["route"],
         )
+        no_worker = GaugeMetricFamily(
+            "strait_route_no_live_worker",
+            "1 while none of the worker pools a route may use has a live worker (its partitions wait).",
+            labels=["route"],
+        )
         for route in view["routes"]:
             topics.add_metric([route["name"]], route["topics"])
             throughput.add_metric([route["name"]], route["bytes_per_s"])
-        yield from (states, per_worker, hung, slow, unassigned, changes, topics, throughput)
+            no_worker.add_metric([route["name"]], 1.0 if route.get("no_live_worker") else 0.0)
+        pools = GaugeMetricFamily(
+            "strait_pool_workers", "Live workers that may be given partitions, per pool.", labels=["pool"]
+        )
+        for pool, count in view.get("pools", {}).items():
+            pools.add_metric([pool], count)
+        yield from (states, per_worker, hung, slow, unassigned, changes, topics, throughput, no_worker, pools)
 
     def _partitions(self, view: dict[str, Any]) -> Iterator[Any]:
         lag = GaugeMetricFamily(

@@ -6,7 +6,7 @@ these functions merge them across workers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from strait.coordination.model import ClusterSnapshot, WorkerState
@@ -28,6 +28,7 @@ def workers(snapshot: ClusterSnapshot, hung: frozenset[str]) -> list[dict[str, A
                 "state": state.value,
                 "live": worker.live,
                 "hung": worker.id in hung,
+                "pool": worker.pool,
                 "partitions": sorted(str(k) for k in snapshot.assignment.of_worker(worker.id)),
                 "metrics_url": report.get("metrics_url"),
             }
@@ -35,15 +36,42 @@ def workers(snapshot: ClusterSnapshot, hung: frozenset[str]) -> list[dict[str, A
     return rows
 
 
-def routes(snapshot: ClusterSnapshot, bytes_per_s: Mapping[str, float]) -> list[dict[str, Any]]:
-    """Topics and bytes/s per route."""
+def routes(
+    snapshot: ClusterSnapshot,
+    bytes_per_s: Mapping[str, float],
+    route_pools: Mapping[str, Collection[str] | None] | None = None,
+) -> list[dict[str, Any]]:
+    """Topics and bytes/s per route, and the worker pools it may use (`pools` null: any) with
+    how many live workers they have; `no_live_worker` marks a route that waits for one."""
     topics: dict[str, int] = {}
     for route, _topic in snapshot.topics:
         topics[route] = topics.get(route, 0) + 1
-    return [
-        {"name": name, "topics": topics.get(name, 0), "bytes_per_s": round(bytes_per_s.get(name, 0.0), 1)}
-        for name in sorted(set(topics) | set(bytes_per_s))
-    ]
+    live = pools(snapshot)
+    configured = route_pools or {}
+    rows = []
+    for name in sorted(set(topics) | set(bytes_per_s) | set(configured)):
+        allowed = configured.get(name)
+        workers = sum(n for pool, n in live.items() if allowed is None or pool in allowed)
+        rows.append(
+            {
+                "name": name,
+                "topics": topics.get(name, 0),
+                "bytes_per_s": round(bytes_per_s.get(name, 0.0), 1),
+                "pools": sorted(allowed) if allowed is not None else None,
+                "live_workers": workers,
+                "no_live_worker": workers == 0,
+            }
+        )
+    return rows
+
+
+def pools(snapshot: ClusterSnapshot) -> dict[str, int]:
+    """Workers that may be given partitions, per pool."""
+    counts: dict[str, int] = {}
+    for worker in snapshot.workers.values():
+        if worker.assignable:
+            counts[worker.pool] = counts.get(worker.pool, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def merged_partition_figure(snapshot: ClusterSnapshot, field_name: str) -> dict[str, Any]:

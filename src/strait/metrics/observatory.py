@@ -49,6 +49,8 @@ class ObservatorySettings:
     # A live worker whose stats report has not changed for this long is hung (at least three
     # of its reporting periods, so one slow report is not enough).
     hung_after_s: float = 10.0
+    # Each configured route's worker pools (None: any), to report routes no live worker may take.
+    route_pools: Mapping[str, tuple[str, ...] | None] = field(default_factory=dict)
 
 
 class Observatory:
@@ -243,6 +245,7 @@ class Observatory:
             if w["live"]
         }
         slow = find_slow_workers(throughput, ratio=self.settings.slow_worker_ratio)
+        routes = figures.routes(snapshot, per_route_bytes, self.settings.route_pools)
         for row in workers:
             row["bytes_per_s"] = round(per_worker_bytes.get(row["id"], 0.0), 1)
             row["slow"] = any(s.worker == row["id"] for s in slow)
@@ -253,7 +256,9 @@ class Observatory:
             "leader_id": snapshot.leader.id if snapshot.leader else None,
             "workers": workers,
             "workers_by_state": figures.count(w["state"] for w in workers),
-            "routes": figures.routes(snapshot, per_route_bytes),
+            "routes": routes,
+            "pools": figures.pools(snapshot),
+            "routes_without_workers": [r["name"] for r in routes if r["no_live_worker"]],
             "unassigned": sum(1 for k in snapshot.partitions() if owners.get(k) is None),
             "lag_by_topic": dict(sorted(lag_by_topic.items())),
             "latency": figures.latency(snapshot),

@@ -79,7 +79,8 @@ function render(view) {
   leader.className = "pill " + (view.leader ? "leader" : "standby");
   const states = Object.entries(view.workers_by_state || {}).map(([s, n]) => `${n} ${s}`).join(", ") || "no workers";
   document.getElementById("summary").textContent =
-    `workers: ${states} · unassigned partitions: ${view.unassigned} · assignment changes: ${view.counters.assignment_changes} · healing moves: ${view.counters.healing_moves}`;
+    `workers: ${states} · unassigned partitions: ${view.unassigned} · assignment changes: ${view.counters.assignment_changes} · healing moves: ${view.counters.healing_moves}` +
+    ((view.routes_without_workers || []).length ? ` · routes waiting for a live worker in their pools: ${view.routes_without_workers.join(", ")}` : "");
   document.getElementById("updated").textContent = `updated ${timeLabel(view.updated)}`;
 
   updateChart(charts["chart-partitions"], view.charts.partitions_per_worker);
@@ -89,7 +90,7 @@ function render(view) {
 
   fillTable("workers", view.workers, (w) => {
     const health = w.hung ? ["hung", "bad"] : w.slow ? ["slow", "warn"] : w.live ? ["ok", "ok"] : ["–", ""];
-    return [cell(w.id), cell(w.state, w.state === "dead" ? "bad" : ""), cell(w.partitions.length),
+    return [cell(w.id), cell(w.state, w.state === "dead" ? "bad" : ""), cell(w.pool || "default"), cell(w.partitions.length),
       cell(fmt(w.bytes_per_s)), cell(health[0], health[1])];
   });
   fillTable("topics", Object.entries(view.lag_by_topic), ([topic, lag]) => [cell(topic), cell(fmt(lag))]);
