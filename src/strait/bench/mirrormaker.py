@@ -6,21 +6,142 @@ One or more ``org.apache.kafka.connect.mirror.MirrorMaker`` JVMs (nodes) share a
 worker count, and the heartbeat, checkpoint, offset-sync and config/ACL sync machinery off,
 because Strait does none of it and it would only cost MirrorMaker CPU. Each run gets its own
 Connect group and internal topics, so no run resumes from another's offsets.
+
+On secured clusters the clusters' librdkafka properties are translated to the Java clients'
+(:func:`java_client_properties`) and set per cluster (``src.security.protocol`` and so on), so
+every MirrorMaker client of a cluster uses them; the properties file is then private (0600),
+since it holds the password or key.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from strait.sandbox import artifacts, kafka, ports, process
 
 MAIN_CLASS = "org.apache.kafka.connect.mirror.MirrorMaker"
 IDENTITY_POLICY = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
+
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+# Tuning and identity settings of librdkafka that have no bearing on what MirrorMaker's clients need.
+_SECURITY_PREFIXES = ("security.", "sasl.", "ssl.", "enable.ssl.")
+
+
+class UnsupportedSecurity(ValueError):
+    """A cluster security property with no Java client equivalent here; the message names it."""
+
+
+def _jaas_quote(value: str) -> str:
+    # JAAS option values are double-quoted strings: a quote or backslash inside is escaped.
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _read(path: Any, key: str) -> str:
+    try:
+        return Path(str(path)).read_text()
+    except OSError as exc:
+        raise UnsupportedSecurity(f"{key}: cannot read {path}: {exc.strerror}") from None
+
+
+def java_client_properties(props: Mapping[str, Any]) -> dict[str, str]:
+    """Java Kafka client properties equivalent to a cluster's librdkafka security properties.
+
+    ``security.protocol`` and ``sasl.mechanism(s)`` carry over; ``sasl.username``/``sasl.password``
+    become ``sasl.jaas.config`` (PLAIN or SCRAM login module). TLS uses PEM stores (KIP-651):
+    ``ssl.ca.location`` is the PEM truststore, a client certificate and key (files or inline PEM)
+    the PEM keystore's chain and key, a ``ssl.keystore.location`` stays PKCS#12. Bootstrap
+    servers and non-security (tuning) properties are not included. A security property Java has
+    no equivalent for here raises :class:`UnsupportedSecurity` naming it.
+    """
+    java: dict[str, str] = {}
+    protocol = str(props.get("security.protocol", "PLAINTEXT")).strip().upper()
+    if protocol not in _PROTOCOLS:
+        raise UnsupportedSecurity(f"security.protocol={props['security.protocol']}: expected one of {_PROTOCOLS}")
+    if protocol != "PLAINTEXT":
+        java["security.protocol"] = protocol
+    handled = {"bootstrap.servers", "security.protocol"}
+    if protocol.startswith("SASL_"):
+        mechanism = str(props.get("sasl.mechanisms", props.get("sasl.mechanism", "GSSAPI"))).strip().upper()
+        module = _LOGIN_MODULES.get(mechanism)
+        if module is None:
+            raise UnsupportedSecurity(f"sasl.mechanisms={mechanism}: MirrorMaker runs here with PLAIN or SCRAM only")
+        java["sasl.mechanism"] = mechanism
+        user, password = props.get("sasl.username"), props.get("sasl.password")
+        if user is None or password is None:
+            raise UnsupportedSecurity(f"sasl.mechanisms={mechanism} needs sasl.username and sasl.password")
+        java["sasl.jaas.config"] = (
+            f"{module} required username={_jaas_quote(str(user))} password={_jaas_quote(str(password))};"
+        )
+        handled |= {"sasl.mechanisms", "sasl.mechanism", "sasl.username", "sasl.password"}
+    if protocol.endswith("SSL"):
+        java.update(_java_tls(props))
+        handled |= {
+            "ssl.ca.location", "ssl.ca.pem", "ssl.certificate.location", "ssl.key.location", "ssl.key.password",
+            "ssl.certificate.pem", "ssl.key.pem", "ssl.keystore.location", "ssl.keystore.password",
+            "ssl.endpoint.identification.algorithm", "ssl.cipher.suites",
+        }  # fmt: skip
+    for key in props:
+        if not protocol.endswith("SSL") and key.startswith(("ssl.", "enable.ssl.")):
+            continue  # as librdkafka: TLS settings of a cluster reached without TLS mean nothing
+        if key not in handled and key.startswith(_SECURITY_PREFIXES):
+            raise UnsupportedSecurity(f"{key}: no MirrorMaker (Java client) equivalent is set up for this property")
+    return java
+
+
+def _java_tls(props: Mapping[str, Any]) -> dict[str, str]:
+    java: dict[str, str] = {}
+    if props.get("ssl.ca.pem"):
+        java["ssl.truststore.type"] = "PEM"
+        java["ssl.truststore.certificates"] = str(props["ssl.ca.pem"])
+    elif props.get("ssl.ca.location") and str(props["ssl.ca.location"]) != "probe":
+        if os.path.isdir(str(props["ssl.ca.location"])):
+            raise UnsupportedSecurity("ssl.ca.location: a CA folder has no Java equivalent; name a PEM file")
+        java["ssl.truststore.type"] = "PEM"
+        java["ssl.truststore.location"] = str(props["ssl.ca.location"])
+    if props.get("ssl.certificate.location") or props.get("ssl.certificate.pem"):
+        chain = props.get("ssl.certificate.pem") or _read(props["ssl.certificate.location"], "ssl.certificate.location")
+        key = props.get("ssl.key.pem") or (
+            _read(props["ssl.key.location"], "ssl.key.location") if props.get("ssl.key.location") else None
+        )
+        if not key:
+            raise UnsupportedSecurity("ssl.certificate.*: a client certificate needs its key (ssl.key.location)")
+        if "BEGIN PRIVATE KEY" not in key and "BEGIN ENCRYPTED PRIVATE KEY" not in key:
+            raise UnsupportedSecurity("ssl.key.*: Java's PEM keystore reads PKCS#8 keys only (BEGIN PRIVATE KEY)")
+        java["ssl.keystore.type"] = "PEM"
+        java["ssl.keystore.certificate.chain"] = str(chain)
+        java["ssl.keystore.key"] = str(key)
+        if props.get("ssl.key.password"):
+            java["ssl.key.password"] = str(props["ssl.key.password"])
+    elif props.get("ssl.keystore.location"):
+        java["ssl.keystore.type"] = "PKCS12"
+        java["ssl.keystore.location"] = str(props["ssl.keystore.location"])
+        if props.get("ssl.keystore.password"):
+            java["ssl.keystore.password"] = str(props["ssl.keystore.password"])
+    algorithm = str(props.get("ssl.endpoint.identification.algorithm", "https")).strip().lower()
+    if algorithm not in ("https", "none"):
+        raise UnsupportedSecurity(f"ssl.endpoint.identification.algorithm={algorithm}: expected https or none")
+    java["ssl.endpoint.identification.algorithm"] = "https" if algorithm == "https" else ""
+    if props.get("ssl.cipher.suites"):
+        raise UnsupportedSecurity("ssl.cipher.suites: OpenSSL cipher names have no Java equivalent here")
+    return java
+
+
+def _property_value(value: str) -> str:
+    """``value`` escaped for a .properties file (java.util.Properties.load reads it back as is)."""
+    out = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    return "\\" + out if out.startswith((" ", "\t")) else out
 
 
 def render_properties(
@@ -35,8 +156,14 @@ def render_properties(
     rebalance_delay_ms: int = 10_000,
     rest_port: int | None = None,
     extra: Mapping[str, str] | None = None,
+    src_security: Mapping[str, str] | None = None,
+    dst_security: Mapping[str, str] | None = None,
 ) -> str:
-    """The ``mm2.properties`` of one dedicated-mode node."""
+    """The ``mm2.properties`` of one dedicated-mode node.
+
+    ``src_security``/``dst_security`` are Java client properties (:func:`java_client_properties`)
+    set for every client of that cluster.
+    """
     props: dict[str, str] = {
         "clusters": "src, dst",
         "src.bootstrap.servers": src_bootstrap,
@@ -83,6 +210,9 @@ def render_properties(
         # Several dedicated nodes need the internal REST server to forward task configs (KIP-710).
         props["dedicated.mode.enable.internal.rest"] = "true"
         props["listeners"] = f"http://127.0.0.1:{rest_port}"
+    for alias, security in (("src", src_security), ("dst", dst_security)):
+        for key, value in (security or {}).items():
+            props[f"{alias}.{key}"] = _property_value(value)
     props.update(extra or {})
     return "".join(f"{key} = {value}\n" for key, value in props.items())
 
@@ -106,8 +236,14 @@ class MirrorMaker2:
         heap: str = "512m",
         topics_pattern: str | None = None,
         extra: Mapping[str, str] | None = None,
+        src_props: Mapping[str, Any] | None = None,
+        dst_props: Mapping[str, Any] | None = None,
     ) -> None:
+        """``src_props``/``dst_props``: the clusters' librdkafka properties, whose security settings
+        MirrorMaker's clients get (translated by :func:`java_client_properties`)."""
         self.parallelism = tasks
+        self._src_security = java_client_properties(src_props or {})
+        self._dst_security = java_client_properties(dst_props or {})
         self._src = src_bootstrap
         self._dst = dst_bootstrap
         self._tasks = tasks
@@ -137,7 +273,8 @@ class MirrorMaker2:
         for n in range(1, self._nodes + 1):
             node = f"node-{n}"
             config = self._workdir / f"mm2-{node}.properties"
-            config.write_text(
+            _write_private(
+                config,
                 render_properties(
                     src_bootstrap=self._src,
                     dst_bootstrap=self._dst,
@@ -149,7 +286,9 @@ class MirrorMaker2:
                     rebalance_delay_ms=self._rebalance_delay_ms,
                     rest_port=ports.free_port() if self._nodes > 1 else None,
                     extra=self._extra,
-                )
+                    src_security=self._src_security,
+                    dst_security=self._dst_security,
+                ),
             )
             self._pids[node] = process.spawn_java(
                 classpath=classpath,
@@ -208,6 +347,13 @@ class MirrorMaker2:
             process.signal_process(pid, signal.SIGTERM, self._marker)
         for pid in self._pids.values():
             process.stop(pid, self._marker, timeout_s=20)
+
+
+def _write_private(path: Path, text: str) -> None:
+    # Created 0600 from the start: it may hold a password or a private key.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
 
 
 _TASK_START = re.compile(r"Starting task (MirrorSourceConnector-\d+)")

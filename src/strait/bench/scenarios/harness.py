@@ -20,7 +20,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # re-exported, not in __all__
 
 from strait import clients
-from strait.bench import agent, reader, workload
+from strait.bench import agent, positions, reader, workload
 from strait.bench.mirrormaker import MirrorMaker2
 from strait.bench.replicator import Replicator
 from strait.bench.straitrun import StraitReplicator
@@ -106,6 +106,10 @@ class Bench:
         return MirrorMaker2(
             src_bootstrap=self.src["bootstrap.servers"],
             dst_bootstrap=self.dst["bootstrap.servers"],
+            # On secured clusters MirrorMaker runs as the super user: its Connect group and
+            # internal topics are not among the ACLs of Strait's least-privilege user.
+            src_props=self.sandbox.clusters["src"].admin_props(),
+            dst_props=self.sandbox.clusters["dst"].admin_props(),
             workdir=run_dir / "mm2",
             tasks=parallelism,
             nodes=nodes,
@@ -201,6 +205,15 @@ class CommittedCount(DestinationCount):
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def verdict(
+    bench: Bench, replicator: Replicator, arrivals: reader.Arrivals, expected: Mapping[tuple[str, int], int]
+) -> dict[str, Any]:
+    """The verifier's summary of a run, its missing records split into lost (the replicator's
+    committed position moved past them) and not yet copied (`strait.bench.positions`)."""
+    report = positions.audit(replicator, arrivals.verifier(expected), bench.src, bench.dst, log=bench.log)
+    return report.summary()
 
 
 def topic_name(*parts: object) -> str:
