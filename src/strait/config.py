@@ -196,6 +196,9 @@ class ObservabilityConfig(_Model):
     # Where each worker serves its Prometheus `/metrics`; port 0 picks a free port (several
     # workers per host), and the controller lists the real addresses at `/metrics/targets`.
     worker_metrics_listen: str | None = "127.0.0.1:0"
+    # When set, every `/metrics` (the workers' and the controllers') and `/metrics/targets` need
+    # `Authorization: Bearer <metrics_token>`; a token of its own, so Prometheus can read but not act.
+    metrics_token: str | None = None
     sample_interval_s: float = Field(default=2.0, gt=0)
     # A lagging partition whose checkpoint has not moved this long is stuck.
     stuck_after_s: float = Field(default=60.0, gt=0)

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from strait.cli.controller import load_or_exit
 from strait.config import StraitConfig, WorkerConfig
+from strait.metrics.exposition import require_token
 from strait.secrets import install_log_redaction
 
 
@@ -30,6 +31,7 @@ def worker(
     settings = load_or_exit(config)
     if pool is not None:
         settings = with_pool(settings, pool)
+    require_token(settings.observability.metrics_token)  # the worker's /metrics needs it, when set
     run_worker(settings, worker_id or socket.gethostname())
 
 

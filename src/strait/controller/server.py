@@ -80,7 +80,7 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
     sampler = threading.Thread(target=observatory.run, name="observatory", daemon=True)
     sampler.start()
     app = create_app(service, api_token=config.controller.api_token)
-    mount_observability(app, observatory)
+    mount_observability(app, observatory, metrics_token=config.observability.metrics_token)
     log.info("controller %s: API on %s", identity.id, identity.api_url)
     tls = config.controller.tls
     try:

@@ -16,32 +16,45 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, FastAPI, Response
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from strait.metrics.controller import controller_registry
+from strait.metrics.exposition import bearer_ok
 from strait.metrics.observatory import Observatory
 
 STATIC = Path(__file__).parent / "static"
 
 
-def mount_observability(app: FastAPI, observatory: Observatory) -> None:
-    """Add the observability endpoints and the dashboard to the controller's API."""
-    app.include_router(_router(observatory))
+def mount_observability(app: FastAPI, observatory: Observatory, *, metrics_token: str | None = None) -> None:
+    """Add the observability endpoints and the dashboard to the controller's API.
+
+    With ``metrics_token``, `/metrics` and `/metrics/targets` (what Prometheus reads) need
+    `Authorization: Bearer <metrics_token>`, compared in constant time, like the workers' `/metrics`.
+    """
+    app.include_router(_router(observatory, metrics_token))
     app.mount("/ui/static", StaticFiles(directory=STATIC, check_dir=False), name="ui-static")
 
 
-def _router(observatory: Observatory) -> APIRouter:
+def _router(observatory: Observatory, metrics_token: str | None = None) -> APIRouter:
     router = APIRouter()
     registry = controller_registry(observatory)
 
-    @router.get("/metrics", include_in_schema=False)
+    def scraper(request: Request) -> None:
+        if not bearer_ok(request.headers.get("authorization"), metrics_token):
+            raise HTTPException(
+                401,
+                "missing or wrong metrics token: send 'Authorization: Bearer <token>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    @router.get("/metrics", include_in_schema=False, dependencies=[Depends(scraper)])
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @router.get("/metrics/targets")
+    @router.get("/metrics/targets", dependencies=[Depends(scraper)])
     def targets() -> list[dict[str, Any]]:
         out = []
         for worker in observatory.view().get("workers", []):
