@@ -24,6 +24,7 @@ from fastapi.testclient import TestClient
 
 from strait import clients
 from strait.balancer import executor, operations, service
+from strait.balancer.capacity import Capacities
 from strait.balancer.gateway import KafkaGateway
 from strait.balancer.goals import Goals, eligible_dirs, leader_counts, spread
 from strait.balancer.model import ClusterModel, rack_violations
@@ -63,17 +64,21 @@ def _wait(cond: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 def _create(c: dict[str, Any], topic: str, assignments: dict[int, list[int]]) -> None:
-    c["admin"].create_topics(
-        {topic: {"num_partitions": -1, "replication_factor": -1, "assignments": assignments}}
-    )
+    c["admin"].create_topics({topic: {"num_partitions": -1, "replication_factor": -1, "assignments": assignments}})
     gw = KafkaGateway(c["props"])
     try:
         _wait(lambda: len(gw.replicas([topic])) == len(assignments), 30, f"topic {topic}")
         # Pile every replica onto the broker's first disk: the disk-level skew to undo.
         gw.move_dirs({(topic, p, b): c["dirs"][b][0] for p, reps in assignments.items() for b in reps})
-        _wait(lambda: all(d.current == c["dirs"][b][0] and d.future is None
-                          for (t, _, b), d in gw.replica_dirs(list(c["dirs"]), [topic]).items() if t == topic),
-              30, f"{topic} pinned to disk 0")
+        _wait(
+            lambda: all(
+                d.current == c["dirs"][b][0] and d.future is None
+                for (t, _, b), d in gw.replica_dirs(list(c["dirs"]), [topic]).items()
+                if t == topic
+            ),
+            30,
+            f"{topic} pinned to disk 0",
+        )
     finally:
         gw.close()
 
@@ -94,8 +99,7 @@ def _produce(c: dict[str, Any], topic: str, per_partition: dict[int, int]) -> in
 def _count(c: dict[str, Any], topic: str) -> int:
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-    consumer = clients.consumer(c["props"], **{"group.id": f"count-{topic}-{time.time()}",
-                                               "enable.auto.commit": False})
+    consumer = clients.consumer(c["props"], **{"group.id": f"count-{topic}-{time.time()}", "enable.auto.commit": False})
     gw = KafkaGateway(c["props"])
     partitions = sorted(p for t, p in gw.replicas([topic]) if t == topic)
     gw.close()
@@ -117,8 +121,9 @@ def _leftovers(c: dict[str, Any], topics: list[str]) -> list[str]:
     problems: list[str] = []
     try:
         problems += [f"reassignment in progress: {k}" for k in gw.reassignments()]
-        problems += [f"future replica {k} -> {d.future}"
-                     for k, d in gw.replica_dirs(list(c["dirs"]), topics).items() if d.future]
+        problems += [
+            f"future replica {k} -> {d.future}" for k, d in gw.replica_dirs(list(c["dirs"]), topics).items() if d.future
+        ]
         for t in topics:
             problems += [f"topic {t} {k}={v!r}" for k, v in gw.topic_configs(t, TOPIC_KEYS).items()]
         for b in c["dirs"]:
@@ -131,7 +136,9 @@ def _leftovers(c: dict[str, Any], topics: list[str]) -> list[str]:
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", "from strait.cli.balance import app; app()", *args],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -207,6 +214,7 @@ def test_cancel_mid_run_restores_everything_and_spares_foreign_throttles(cluster
     dirs = gw.replica_dirs([1, 2, 4], ["slow"])
     assert dirs[("slow", 1, 2)].current == c["dirs"][2][0]
     assert ("slow", 0, 4) not in dirs or dirs[("slow", 0, 4)].current is None
+
     def ours_left() -> list[str]:
         return [p for p in _leftovers(c, ["slow"]) if "777777" not in p and "'2:3'" not in p]
 
@@ -235,14 +243,19 @@ def test_killed_executor_is_seen_by_status_then_resumed_and_cancelled(cluster: d
     plan_file = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"crash-plan-{os.getpid()}.json")
     with open(plan_file, "w") as fh:
         fh.write(plan.to_json())
-    started = _cli("execute", "--bootstrap", bootstrap, "--plan", plan_file, "--throttle", "20KB", "--detach",
-                   "--json")
+    started = _cli("execute", "--bootstrap", bootstrap, "--plan", plan_file, "--throttle", "20KB", "--detach", "--json")
     assert started.returncode == 0, started.stderr
     pid = json.loads(started.stdout)["pid"]
     store = StateStore(c["props"])
-    _wait(lambda: (e := store.current()) is not None and e.status == "running"
-          and sum(1 for v in e.progress.get("moves", {}).values() if v["state"] == "running") == 2,
-          30, "detached executor running both moves")
+    _wait(
+        lambda: (
+            (e := store.current()) is not None
+            and e.status == "running"
+            and sum(1 for v in e.progress.get("moves", {}).values() if v["state"] == "running") == 2
+        ),
+        30,
+        "detached executor running both moves",
+    )
     os.kill(pid, signal.SIGKILL)
 
     # A fresh process sees the run, in flight, with a dead executor once the heartbeat is stale.
@@ -280,17 +293,26 @@ def test_cancel_takes_over_from_a_dead_executor(cluster: dict[str, Any]) -> None
     bootstrap = c["props"]["bootstrap.servers"]
     _create(c, "orphan", {0: [3]})
     _produce(c, "orphan", {0: 1500})
-    plan = Plan(operation="manual", cluster_id=_model(c).cluster_id,
-                moves=(IntraBrokerMove("orphan", 0, 3, c["dirs"][3][0], c["dirs"][3][1], 1_500_000),))
+    plan = Plan(
+        operation="manual",
+        cluster_id=_model(c).cluster_id,
+        moves=(IntraBrokerMove("orphan", 0, 3, c["dirs"][3][0], c["dirs"][3][1], 1_500_000),),
+    )
     plan_file = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"orphan-plan-{os.getpid()}.json")
     with open(plan_file, "w") as fh:
         fh.write(plan.to_json())
-    started = _cli("execute", "--bootstrap", bootstrap, "--plan", plan_file, "--throttle", "30KB", "--detach",
-                   "--json")
+    started = _cli("execute", "--bootstrap", bootstrap, "--plan", plan_file, "--throttle", "30KB", "--detach", "--json")
     assert started.returncode == 0, started.stderr
     store = StateStore(c["props"])
-    _wait(lambda: (e := store.current()) is not None and e.status == "running"
-          and any(v["state"] == "running" for v in e.progress.get("moves", {}).values()), 30, "move running")
+    _wait(
+        lambda: (
+            (e := store.current()) is not None
+            and e.status == "running"
+            and any(v["state"] == "running" for v in e.progress.get("moves", {}).values())
+        ),
+        30,
+        "move running",
+    )
     os.kill(json.loads(started.stdout)["pid"], signal.SIGKILL)
     cancelled = _cli("cancel", "--bootstrap", bootstrap, "--wait", "12", "--json")
     assert cancelled.returncode == 0, cancelled.stderr
@@ -325,7 +347,8 @@ def test_long_tail_pipeline_beats_batch(cluster: dict[str, Any]) -> None:
     model = _model(c)
     size = {p.partition: p.size for p in model.partitions.values() if p.topic == "tail"}
     forward = tuple(
-        InterBrokerMove("tail", p, (1,), (3,), {}, size[p]) if p == 0
+        InterBrokerMove("tail", p, (1,), (3,), {}, size[p])
+        if p == 0
         else InterBrokerMove("tail", p, (2,), (4,), {}, size[p])
         for p in assignments
     )
@@ -344,17 +367,26 @@ def test_long_tail_pipeline_beats_batch(cluster: dict[str, Any]) -> None:
         runs[mode] = run.run()
         timings[mode] = time.monotonic() - t0
         assert runs[mode].status == "done", runs[mode].moves
-        undo = executor.start(gw, store, Plan(operation="undo", moves=back, cluster_id=model.cluster_id),
-                              executor.Options(caps=Caps(in_flight=16, broker_in=16, broker_out=16, disk=16)))
+        undo = executor.start(
+            gw,
+            store,
+            Plan(operation="undo", moves=back, cluster_id=model.cluster_id),
+            executor.Options(caps=Caps(in_flight=16, broker_in=16, broker_out=16, disk=16)),
+        )
         assert undo.run().status == "done"
     gw.close()
-    print(f"\nlong tail: batch {timings['batch']:.1f}s, pipeline {timings['pipeline']:.1f}s "
-          f"({timings['batch'] / timings['pipeline']:.2f}x)")
+    print(
+        f"\nlong tail: batch {timings['batch']:.1f}s, pipeline {timings['pipeline']:.1f}s "
+        f"({timings['batch'] / timings['pipeline']:.2f}x)"
+    )
     assert timings["pipeline"] < timings["batch"]
     moves = runs["pipeline"].moves
     big = moves["inter:tail:0"]
-    small_during_big = [k for k, v in moves.items() if k != "inter:tail:0"
-                        and v["started"] > big["started"] and v["finished"] < big["finished"]]
+    small_during_big = [
+        k
+        for k, v in moves.items()
+        if k != "inter:tail:0" and v["started"] > big["started"] and v["finished"] < big["finished"]
+    ]
     # The window kept refilling with small moves while the big one ran.
     assert len(small_during_big) >= 6, moves
 
@@ -365,8 +397,12 @@ def test_drain_empties_a_broker(cluster: dict[str, Any]) -> None:
     plan = operations.drain(before, [4], Goals(threshold=0.5))
     assert plan.moves
     gw = KafkaGateway(c["props"], CAPACITY)
-    run = executor.start(gw, StateStore(c["props"]), plan, executor.Options(
-        throttle=50_000_000, caps=Caps(in_flight=16, broker_in=8, broker_out=8, disk=8)))
+    run = executor.start(
+        gw,
+        StateStore(c["props"]),
+        plan,
+        executor.Options(throttle=50_000_000, caps=Caps(in_flight=16, broker_in=8, broker_out=8, disk=8)),
+    )
     final = run.run()
     gw.close()
     assert final.status == "done", final.moves
@@ -418,10 +454,14 @@ def test_another_tools_reassignment_is_left_alone(cluster: dict[str, Any]) -> No
     for b in (1, 2):
         gw.alter_broker_configs(b, {k: ("SET", v) for k, v in operator[b].items()})
     assert gw.reassign({("foreign", 0): (2,)}) == {("foreign", 0): None}
-    plan = Plan(operation="manual", cluster_id=_model(c).cluster_id, moves=(
-        InterBrokerMove("foreign", 0, (1,), (3,), {}, 2_000_000),
-        InterBrokerMove("mine", 0, (3,), (4,), {}, 100_000),
-    ))
+    plan = Plan(
+        operation="manual",
+        cluster_id=_model(c).cluster_id,
+        moves=(
+            InterBrokerMove("foreign", 0, (1,), (3,), {}, 2_000_000),
+            InterBrokerMove("mine", 0, (3,), (4,), {}, 100_000),
+        ),
+    )
     final = executor.start(gw, StateStore(c["props"]), plan, executor.Options(throttle=5_000_000)).run()
     assert final.moves["inter:mine:0"]["state"] == "done"
     assert final.moves["inter:foreign:0"]["state"] == "skipped"
@@ -451,6 +491,7 @@ def test_cli_leaders_reorders_and_elects(cluster: dict[str, Any]) -> None:
     assert done.returncode == 0, done.stderr
     gw = KafkaGateway(c["props"])
     try:
+
         def elected() -> bool:
             replicas, leaders = gw.replicas(["leaned"]), gw.leaders(["leaned"])
             return all(leaders[k] == r[0] for k, r in replicas.items())
@@ -469,7 +510,7 @@ def test_rest_plans_starts_watches_and_guards_executions(cluster: dict[str, Any]
             raise HTTPException(status_code=401, detail="missing or wrong API token")
 
     app = FastAPI()
-    mount_balance(app, {"big": cluster["props"]}, require_token)
+    mount_balance(app, {"big": cluster["props"]}, require_token, {"big": Capacities.of(CAPACITY)})
     api = TestClient(app)
     auth = {"Authorization": "Bearer s3cret"}
 
@@ -499,3 +540,149 @@ def test_rest_plans_starts_watches_and_guards_executions(cluster: dict[str, Any]
     assert final["alive"] is False and final["done"] == final["total"]
     placed = [p.replicas for p in _model(cluster).partitions.values() if p.topic == "viarest"]
     assert placed and not any(1 in replicas for replicas in placed)
+
+
+# ---- capacities and limits -------------------------------------------------------------------------
+
+
+def _config_file(c: dict[str, Any], path: Any, capacities: dict[str, str]) -> Any:
+    rules = "".join(f"      '{k}': {v}\n" for k, v in capacities.items())
+    path.write_text(
+        f"clusters:\n  big: {{bootstrap.servers: '{c['props']['bootstrap.servers']}'}}\n"
+        "routes: [{name: r, source: big, destination: big}]\n"
+        f"balance:\n  capacities:\n    big:\n{rules}"
+    )
+    return path
+
+
+def test_dirs_sharing_a_filesystem_are_refused_until_capacities_are_given(
+    cluster: dict[str, Any], tmp_path: Any
+) -> None:
+    c = cluster
+    bootstrap = c["props"]["bootstrap.servers"]
+    _create(c, "shared", {0: [1, 2], 1: [2, 1]})
+    _produce(c, "shared", {0: 300, 1: 300})
+    # Every sandbox log dir sits on one filesystem: the brokers report equal total and free bytes.
+    for command in (["plan"], ["drain", "4"], ["execute"]):
+        refused = _cli(*command, "--bootstrap", bootstrap, "--json")
+        assert refused.returncode == 2, (command, refused.stdout, refused.stderr)
+        assert "same filesystem" in refused.stderr and "--capacity" in refused.stderr
+        assert "broker 1" in refused.stderr and all(d in refused.stderr for d in c["dirs"][1])
+    assert _model(c).partitions[("shared", 0)].replicas == (1, 2), "nothing moved"
+    # Fixing racks and leaders needs no sizes.
+    assert _cli("fix-racks", "--bootstrap", bootstrap, "--json").returncode == 0
+
+    # Capacities from the configuration file lift the refusal; --capacity overrides them dir by dir.
+    config = _config_file(c, tmp_path / "strait.yaml", {"*": "64MB"})
+    planned = _cli("plan", "--cluster", "big", "--config", str(config), "--json")
+    assert planned.returncode == 0, planned.stderr
+    sizes = json.loads(planned.stdout)["capacities"]
+    assert sizes and set(sizes.values()) == {64_000_000}
+    planned = _cli("plan", "--cluster", "big", "--config", str(config), "--capacity", "2=32MB", "--json")
+    assert planned.returncode == 0, planned.stderr
+    sizes = json.loads(planned.stdout)["capacities"]
+    assert {sizes[f"2:{d}"] for d in c["dirs"][2]} == {32_000_000}
+    assert {sizes[f"1:{d}"] for d in c["dirs"][1]} == {64_000_000}
+
+    # Over REST: 422 naming the brokers and dirs, until the configuration sizes the disks.
+    def open_door(request: Request) -> None:
+        return None
+
+    bare, sized = FastAPI(), FastAPI()
+    mount_balance(bare, {"big": c["props"]}, open_door)
+    mount_balance(sized, {"big": c["props"]}, open_door, {"big": Capacities.of({"*": 64_000_000})})
+    refused_api = TestClient(bare).get("/balance/big/plan")
+    assert refused_api.status_code == 422, refused_api.text
+    assert "broker 1" in refused_api.json()["error"] and c["dirs"][1][0] in refused_api.json()["error"]
+    started = TestClient(bare).post("/balance/big/executions", json={"operation": "fill", "brokers": [4]})
+    assert started.status_code == 422, started.text
+    assert TestClient(sized).get("/balance/big/plan").status_code == 200
+
+
+def test_capacity_is_held_while_moves_run(cluster: dict[str, Any], tmp_path: Any) -> None:
+    """Two partitions go to broker 3's second disk, configured so small that the second may only
+    start once the first has landed and another partition has left that disk."""
+    c = cluster
+    d0, d1 = c["dirs"][3]
+    _create(c, "roomy", {0: [3], 1: [3], 2: [3]})
+    _produce(c, "roomy", {0: 1000, 1: 1000, 2: 1000})
+    gw = KafkaGateway(c["props"])
+    gw.move_dirs({("roomy", 0, 3): d1})  # roomy-0 starts on the small disk and leaves it
+    _wait(lambda: gw.replica_dirs([3], ["roomy"])[("roomy", 0, 3)].current == d1, 30, "roomy-0 on the second disk")
+    model = _model(c)
+    size = {p: model.partitions[("roomy", p)].size for p in range(3)}
+    used = gw.disk_usage([3])[(3, d1)]
+    # Room for roomy-1 or roomy-2 next to what is there, not for both at once.
+    limit = used + max(size[1], size[2]) + min(size[1], size[2]) // 2
+    capacity = -(-limit * 10 // 9)  # the limit is 90% of the capacity
+    config = _config_file(c, tmp_path / "small.yaml", {f"3:{d1}": str(capacity)})
+    plan = Plan(
+        operation="manual",
+        cluster_id=model.cluster_id,
+        moves=(
+            IntraBrokerMove("roomy", 1, 3, d0, d1, size[1]),
+            IntraBrokerMove("roomy", 2, 3, d0, d1, size[2]),
+            IntraBrokerMove("roomy", 0, 3, d1, d0, size[0]),
+        ),
+    )
+    plan_file = tmp_path / "roomy.json"
+    plan_file.write_text(plan.to_json())
+
+    peaks: list[int] = []
+    reasons: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        observer = KafkaGateway(c["props"])
+        try:
+            while not stop.is_set():
+                peaks.append(observer.disk_usage([3])[(3, d1)])
+                current = service.current(c["props"])
+                if current is not None and current["status"] == "running":
+                    reasons.extend(str(m["waiting"]) for m in current["moves"].values() if m.get("waiting"))
+                time.sleep(0.2)
+        finally:
+            observer.close()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        ran = _cli(
+            "execute",
+            "--cluster",
+            "big",
+            "--config",
+            str(config),
+            "--plan",
+            str(plan_file),
+            "--throttle",
+            "300KB",
+            "--max-disk",
+            "8",
+            "--max-broker-in",
+            "8",
+            "--max-broker-out",
+            "8",
+            "--json",
+            timeout=240,
+        )
+    finally:
+        stop.set()
+        watcher.join(30)
+    assert ran.returncode == 0, ran.stderr
+    final = json.loads(ran.stdout.splitlines()[-1])
+    assert final["status"] == "done" and final["done"] == 3, final
+    moves = final["moves"]
+    later = max(("intra:roomy:1:3", "intra:roomy:2:3"), key=lambda k: moves[k]["started"])
+    earlier = "intra:roomy:2:3" if later == "intra:roomy:1:3" else "intra:roomy:1:3"
+    # The second copy onto the small disk waited for the first to land and for roomy-0 to leave.
+    assert moves[later]["started"] >= moves["intra:roomy:0:3"]["finished"]
+    assert moves[later]["started"] >= moves[earlier]["finished"]
+    assert reasons, "status showed no move waiting for room"
+    assert f"broker 3 dir {d1}" in reasons[0] and "limit" in reasons[0]
+    assert peaks and max(peaks) <= limit, (max(peaks), limit)
+    after = gw.replica_dirs([3], ["roomy"])
+    assert [after[("roomy", p, 3)].current for p in range(3)] == [d0, d1, d1]
+    gw.close()
+    assert _count(c, "roomy") == 3000
+    assert _wait(lambda: not _leftovers(c, ["roomy"]), 10, "no leftovers")

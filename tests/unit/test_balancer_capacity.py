@@ -9,7 +9,13 @@ import pytest
 from typer.testing import CliRunner
 
 from strait.balancer import operations
-from strait.balancer.capacity import Capacities, parse_key, require_capacities, shared_filesystems
+from strait.balancer.capacity import (
+    Capacities,
+    parse_key,
+    require_capacities,
+    same_filesystem,
+    shared_filesystems,
+)
 from strait.balancer.errors import CapacityError
 from strait.balancer.model import Broker, ClusterModel, LogDir, Partition
 from strait.cli.balance import app
@@ -127,6 +133,15 @@ def test_dirs_reporting_one_filesystem_are_found_per_broker() -> None:
     assert [d.path for d in found[1]] == ["/k/b1/d0", "/k/b1/d1"]
     assert shared_filesystems(_shared(configured=True)) == {}
     assert shared_filesystems(_shared(), excluded=[1]) == {}
+
+
+def test_one_filesystem_allows_for_writes_between_the_brokers_two_readings() -> None:
+    total = 500 * GB
+    one = LogDir(1, "/a", total, 0, total, 100 * GB)
+    assert same_filesystem(one, LogDir(1, "/b", total, 9, total, 100 * GB - 4096))
+    assert not same_filesystem(one, LogDir(1, "/b", total, 9, total, 99 * GB))  # two disks of one size
+    assert not same_filesystem(one, LogDir(1, "/b", total + 1, 9, total + 1, 100 * GB))
+    assert not same_filesystem(LogDir(1, "/a", 5, 0), LogDir(1, "/b", 5, 0))  # nothing reported
 
 
 @pytest.mark.parametrize("operation", ["rebalance", "drain", "fill"])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from strait.balancer.errors import CapacityError
@@ -143,8 +144,16 @@ class Capacities:
 # ---- a filesystem shared by several dirs ---------------------------------------------------------
 
 
+def same_filesystem(a: LogDir, b: LogDir) -> bool:
+    """Whether two dirs report one filesystem: equal total bytes, and free bytes equal but for the
+    writes that may land between the broker's two readings (0.01% of the total, at least 1 MiB)."""
+    if a.total <= 0 or a.total != b.total or a.free < 0 or b.free < 0:
+        return False
+    return abs(a.free - b.free) <= max(a.total // 10_000, 1 << 20)
+
+
 def shared_filesystems(model: ClusterModel, excluded: Collection[int] = ()) -> dict[int, list[LogDir]]:
-    """Per broker, its dirs sized by the broker that report one filesystem (equal total and free bytes).
+    """Per broker, its dirs sized by the broker that report one filesystem (see `same_filesystem`).
 
     Their usage ratios are each dir's bytes over the whole filesystem: tiny and equal-looking, so a
     plan would find them balanced whatever they hold. Dirs with a configured capacity do not count.
@@ -154,13 +163,10 @@ def shared_filesystems(model: ClusterModel, excluded: Collection[int] = ()) -> d
     for broker, dirs in model.log_dirs.items():
         if broker in excluded:
             continue
-        groups: dict[tuple[int, int], list[LogDir]] = {}
-        for d in dirs:
-            if not d.configured and d.total > 0 and d.free >= 0:
-                groups.setdefault((d.total, d.free), []).append(d)
-        shared = [d for group in groups.values() if len(group) > 1 for d in group]
+        sized = sorted((d for d in dirs if not d.configured), key=lambda d: (d.total, d.free))
+        shared = {d.path: d for x, y in pairwise(sized) if same_filesystem(x, y) for d in (x, y)}
         if shared:
-            found[broker] = sorted(shared, key=lambda d: d.path)
+            found[broker] = sorted(shared.values(), key=lambda d: d.path)
     return found
 
 

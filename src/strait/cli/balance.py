@@ -141,7 +141,10 @@ def plan_cmd(
     as_json: bool = JSON,
     out_file: Path | None = OUT,
 ) -> None:
-    """Plan a rebalance (racks first, then disks of all brokers, then leaders) and show it."""
+    """Plan a rebalance (racks first, then disks of all brokers, then leaders) and show it.
+
+    Refused (exit 2) where dirs of a broker report one filesystem and no capacities size them.
+    """
     goals = make_goals(threshold, capacity_limit, no_leaders)
     guard(
         lambda: _planning_command(
@@ -182,7 +185,11 @@ def execute_cmd(
     max_disk: int = MAX_DISK,
     as_json: bool = JSON,
 ) -> None:
-    """Run a plan to the end with a progress bar; exit 1 if any move failed."""
+    """Run a plan to the end with a progress bar; exit 1 if any move failed.
+
+    A move starts only when its destination disks have room for it (the plan's capacities and
+    capacity limit; capacities configured now win); until then it waits, and `status` says why.
+    """
 
     def go() -> int:
         where = target(bootstrap, cluster, config, capacity)
