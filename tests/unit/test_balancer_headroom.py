@@ -409,3 +409,10 @@ def test_status_counts_moves_waiting_for_room() -> None:
     waiting: list[int] = []
     ex.run(lambda s: waiting.append(s.waiting))
     assert max(waiting) == 1 and waiting[-1] == 0
+
+
+def test_the_dashboard_summary_counts_moves_waiting_for_room() -> None:
+    from strait.metrics.balance import summarize
+
+    moves = {"a": {"state": "pending", "waiting": "no room yet on broker 1 dir /a"}, "b": {"state": "pending"}}
+    assert summarize("e", "running", moves)["waiting_for_room"] == 1

@@ -2,9 +2,12 @@
 
 Layers, each importing only those below it:
 
-- `model`, `plan`, `goals`, `planner`, `operations`, `invariants`: pure planning, no I/O.
-- `window`, `throttle`: pure scheduling and throttle bookkeeping (throttle applies through a gateway).
+- `model`, `plan`, `goals`, `capacity`, `planner`, `operations`, `invariants`: pure planning, no I/O
+  (`capacity`: disk sizes given by people, and the refusal where brokers cannot size their disks;
+  `settings`: the `balance:` part of the configuration file).
+- `headroom`, `window`, `throttle`: pure scheduling (room on destination disks, caps) and throttle
+  bookkeeping (throttle applies through a gateway); `progress`: move states and snapshots.
 - `gateway` (Kafka admin calls), `state` (the `__strait_balance` state topic): the I/O edges.
-- `executor`: the sliding-window run loop, cancel and resume; `service`: calls for a REST layer;
-  `runner`: the background process behind `--detach`.
+- `executor`: the sliding-window run loop and resume; `kafka_moves`: stale/applied checks and cancel;
+  `service`: calls for a REST layer; `runner`: the background process behind `--detach`.
 """

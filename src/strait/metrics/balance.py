@@ -16,11 +16,14 @@ FINISHED_MOVES = ("done", "failed", "cancelled", "skipped")
 
 
 def summarize(execution_id: str, status: str, moves: Mapping[str, Mapping[str, Any]], **extra: Any) -> dict[str, Any]:
-    """Counts of moves by state and the fraction finished. Pure."""
+    """Counts of moves by state, of pending moves waiting for room on a disk, and the fraction
+    finished. Pure."""
     by_state: dict[str, int] = {}
+    waiting = 0
     for move in moves.values():
         state = str(move.get("state", "pending"))
         by_state[state] = by_state.get(state, 0) + 1
+        waiting += 1 if state == "pending" and move.get("waiting") else 0
     total = sum(by_state.values())
     finished = sum(n for s, n in by_state.items() if s in FINISHED_MOVES)
     return {
@@ -29,6 +32,7 @@ def summarize(execution_id: str, status: str, moves: Mapping[str, Mapping[str, A
         "moves": total,
         "by_state": dict(sorted(by_state.items())),
         "progress": finished / total if total else (1.0 if status == "done" else 0.0),
+        "waiting_for_room": waiting,
         **extra,
     }
 
