@@ -50,9 +50,11 @@ pytestmark = pytest.mark.integration
 PASSWORD_VARIABLE = "SECURE_BALANCER_SRC_PASSWORD"  # no STRAIT_ prefix: that would be a config override
 PRINCIPAL = "User:strait"
 PARTITIONS = 4
-RECORDS = 1000  # per partition, of 1 KB: about 1 MB a partition
+# Per partition, of 1 KB: 2.5 MB a partition. A replica moving between disks is read in chunks of
+# replica.fetch.max.bytes (1 MB), and the throttle only holds back the chunks after the first.
+RECORDS = 2500
 RECORD = b"b" * 1000
-SLOW = "20KB"  # an intra-broker copy of 1 MB stays in flight for many seconds at this rate
+SLOW = "2KB"  # after its first chunk, a move stays in flight for minutes at this rate, even on a loaded machine
 
 
 def _wait(cond: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -149,7 +151,7 @@ def _json(result: subprocess.CompletedProcess[str]) -> Any:
 
 
 def _setup_topic(admin_props: Mapping[str, Any], topic: str, dirs: list[str]) -> int:
-    """A topic of PARTITIONS 1 MB partitions, every replica on the first disk (as the super user)."""
+    """A topic of PARTITIONS 2.5 MB partitions, every replica on the first disk (as the super user)."""
     admin = clients.admin(admin_props)
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
     producer = clients.producer(admin_props, **{"acks": "all", "linger.ms": 2, "batch.num.messages": 16})
@@ -258,7 +260,7 @@ def test_strait_plans_executes_and_cancels_with_the_balancer_role_only(
                 60,
                 "the detached executor to start a move",
             )
-            assert observer.broker_configs(1, [DIR_RATE]) == {DIR_RATE: "20000"}, "our throttle is set"
+            assert observer.broker_configs(1, [DIR_RATE]) == {DIR_RATE: "2000"}, "our throttle is set"
             assert any(d.future for d in observer.replica_dirs([1], [topic]).values()), "a copy is in flight"
             status = _json(_cli(config_file, cluster, "status", "--json"))
             assert status["status"] == "running" and status["alive"] and status["in_flight"] >= 1
