@@ -24,21 +24,23 @@ def test_a_faithful_copy_is_ok() -> None:
     _feed(verifier, [0, 1, 2], partition=1)
     report = verifier.report()
     assert report.ok
-    assert (report.expected, report.received, report.lost, report.duplicated, report.out_of_order) == (8, 8, 0, 0, 0)
+    assert (report.expected, report.received, report.missing, report.duplicated, report.out_of_order) == (8, 8, 0, 0, 0)
+    assert (report.lost, report.not_yet_copied) == (0, 0)  # nothing missing: nothing to split
 
 
-def test_missing_records_are_lost_with_their_ranges() -> None:
+def test_missing_records_are_counted_with_their_ranges_and_not_called_lost_unsplit() -> None:
     verifier = Verifier({(T, 0): 10})
     _feed(verifier, [0, 1, 4, 5, 6, 9])
     report = verifier.report()
-    assert report.lost == 4
-    assert report.partitions[0].lost_ranges == ((2, 3), (7, 8))
+    assert report.missing == 4
+    assert report.partitions[0].missing_ranges == ((2, 3), (7, 8))
+    assert report.lost is None and report.not_yet_copied is None  # not split without committed positions
     assert not report.ok
 
 
-def test_nothing_arrived_means_everything_lost() -> None:
+def test_nothing_arrived_means_everything_missing() -> None:
     report = Verifier({(T, 0): 3}).report()
-    assert report.lost == 3 and report.partitions[0].lost_ranges == ((0, 2),)
+    assert report.missing == 3 and report.partitions[0].missing_ranges == ((0, 2),)
 
 
 def test_a_replay_after_failover_is_duplicates_not_reordering() -> None:
@@ -46,7 +48,7 @@ def test_a_replay_after_failover_is_duplicates_not_reordering() -> None:
     verifier = Verifier({(T, 0): 8})
     _feed(verifier, [0, 1, 2, 3, 4, 5, 3, 4, 5, 6, 7])
     report = verifier.report()
-    assert (report.lost, report.duplicated, report.out_of_order) == (0, 3, 0)
+    assert (report.missing, report.duplicated, report.out_of_order) == (0, 3, 0)
     assert report.ok  # duplicates are reported, not failed
 
 
@@ -54,7 +56,7 @@ def test_a_record_first_seen_after_a_later_one_is_out_of_order() -> None:
     verifier = Verifier({(T, 0): 5})
     _feed(verifier, [0, 2, 1, 3, 4])
     report = verifier.report()
-    assert (report.lost, report.duplicated, report.out_of_order) == (0, 0, 1)
+    assert (report.missing, report.duplicated, report.out_of_order) == (0, 0, 1)
     assert not report.ok
 
 
@@ -62,7 +64,7 @@ def test_records_in_the_wrong_partition_are_misrouted() -> None:
     verifier = Verifier({(T, 0): 2})
     _feed(verifier, [0, 1], partition=0, dst_partition=3)
     report = verifier.report()
-    assert report.misrouted == 2 and report.lost == 0 and not report.ok
+    assert report.misrouted == 2 and report.missing == 0 and not report.ok
 
 
 def test_foreign_and_unexpected_records_are_counted_not_dropped() -> None:
@@ -82,8 +84,8 @@ def test_topics_are_judged_separately() -> None:
     verifier.observe("a", 0, Stamp(0, 1, 0))
     verifier.observe("b", 0, Stamp(0, 1, 0))
     report = verifier.report()
-    lost = {(p.topic, p.partition): p.lost for p in report.partitions}
-    assert lost == {("a", 0): 0, ("b", 0): 1}
+    missing = {(p.topic, p.partition): p.missing for p in report.partitions}
+    assert missing == {("a", 0): 0, ("b", 0): 1}
 
 
 def test_negative_expectations_are_rejected() -> None:
@@ -93,7 +95,7 @@ def test_negative_expectations_are_rejected() -> None:
 
 @pytest.mark.parametrize("seed", range(30))
 def test_counts_match_a_model_over_random_histories(seed: int) -> None:
-    """Invariant: lost + distinct = expected, received = distinct + duplicated + unexpected."""
+    """Invariant: missing + distinct = expected, received = distinct + duplicated + unexpected."""
     rng = random.Random(seed)
     expected = {(T, p): rng.randint(0, 200) for p in range(rng.randint(1, 4))}
     verifier = Verifier(expected)
@@ -109,7 +111,7 @@ def test_counts_match_a_model_over_random_histories(seed: int) -> None:
             model_seen[(topic, p)].add(seq)
     report = verifier.report()
     distinct = sum(len(s) for s in model_seen.values())
-    assert report.lost == sum(expected.values()) - distinct
+    assert report.missing == sum(expected.values()) - distinct
     assert report.duplicated == dup
     assert report.received == received == distinct + dup
     assert report.out_of_order == 0

@@ -20,13 +20,30 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
+# The column every benchmark table ends with: the verifier's verdict on the run.
+VERDICT_HEADER = "lost / not yet copied / dup / reordered"
+
+
 def _verdict(run: dict[str, Any]) -> str:
     if run.get("error"):
         return f"failed: {run['error'][:120]}"
     v = run.get("verify") or {}
     if not v:
         return "—"
-    return f"{v.get('lost')} / {v.get('duplicated')} / {v.get('out_of_order')}"
+    if "missing" not in v:  # written before the split: its "lost" counted every missing record
+        return f"{v.get('lost')} missing, not split / {v.get('duplicated')} / {v.get('out_of_order')}"
+    if v.get("lost") is None:
+        return f"{v['missing']} missing, not split / {v.get('duplicated')} / {v.get('out_of_order')}"
+    return f"{v['lost']} / {v.get('not_yet_copied')} / {v.get('duplicated')} / {v.get('out_of_order')}"
+
+
+def missing_words(v: dict[str, Any]) -> str:
+    """The verdict's missing records in words, for progress lines: "lost 0, not yet copied 12"."""
+    if "missing" not in v:
+        return f"missing {v.get('lost')} (not split)"
+    if v.get("lost") is None:
+        return f"missing {v['missing']} (not split: committed positions unread)"
+    return f"lost {v['lost']}, not yet copied {v.get('not_yet_copied')}"
 
 
 HAND_WRITTEN = "(not produced by `strait bench report`)"

@@ -12,11 +12,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from strait.bench.markdown import VERDICT_HEADER, hand_written_tail
 from strait.bench.markdown import _n as _n
 from strait.bench.markdown import _table as _table
 from strait.bench.markdown import _verdict as _verdict
-from strait.bench.markdown import hand_written_tail
+from strait.bench.plots import plot as plot
 from strait.bench.report_delivery import DELIVERY_SECTION, delivery_summary
+from strait.bench.report_missing import MISSING_TERMS, missing_summary
 
 SCENARIOS = ("smoke", "throughput", "latency", "add-topics", "worker-failure", "profile", "delivery")
 
@@ -92,7 +94,7 @@ def _throughput_md(doc: dict[str, Any]) -> list[str]:
             "CPU s/GB",
             "peak RSS MB",
             "start-up s",
-            "lost / dup / reordered",
+            VERDICT_HEADER,
         ],
         rows,
     )
@@ -157,7 +159,7 @@ def _latency_md(doc: dict[str, Any]) -> list[str]:
             "p99.9 ms",
             "max ms",
             "replicator CPU",
-            "lost / dup / reordered",
+            VERDICT_HEADER,
         ],
         rows,
     )
@@ -201,7 +203,7 @@ def _add_topics_md(doc: dict[str, Any]) -> list[str]:
                 "new topic first record, median (s)",
                 "… slowest (s)",
                 "new topics never seen",
-                "lost / dup / reordered",
+                VERDICT_HEADER,
             ],
             rows,
         ),
@@ -231,7 +233,7 @@ def _failure_md(doc: dict[str, Any]) -> list[str]:
                 "time until every partition flows again (s)",
                 "longest partition gap (s)",
                 "partitions stalled",
-                "lost / dup / reordered",
+                VERDICT_HEADER,
             ],
             rows,
         ),
@@ -245,7 +247,7 @@ def _smoke_md(doc: dict[str, Any]) -> list[str]:
         ["Strait" if r["system"] == "strait" else "MM2", _n(r.get("records")), _n(r.get("seconds"), 1), _verdict(r)]
         for r in doc["runs"]
     ]
-    return _table(["system", "records", "seconds (start to last record)", "lost / dup / reordered"], rows)
+    return _table(["system", "records", "seconds (start to last record)", VERDICT_HEADER], rows)
 
 
 def _profile_md(doc: dict[str, Any]) -> list[str]:
@@ -358,14 +360,7 @@ def _summary(results: dict[str, dict[str, Any]]) -> list[str]:
             f"- **Worker kill -9** (Strait / MM2): time until every partition flows again {_n(r.get('resume_s'), 2)}."
         )
     lines += delivery_summary(results.get("delivery"))
-    lost = [
-        run["verify"]["lost"]
-        for doc in results.values()
-        for run in doc.get("runs", [])
-        if isinstance(run.get("verify", {}).get("lost"), int)
-    ]
-    if lost:
-        lines.append(f"- **Records lost**, both systems, over all {len(lost)} verified runs: {sum(lost)}.")
+    lines += missing_summary(results)
     return ["## Summary", "", *lines, ""] if lines else []
 
 
@@ -417,8 +412,8 @@ def render_markdown(results: dict[str, dict[str, Any]]) -> str:
         "- MirrorMaker 2 is a JVM: start-up (tens of seconds here) and JIT warm-up (its latency at 10,000 "
         "records/s settles only after 15-20 s) are excluded from throughput (first to last record) and from "
         "latency (warm-up), so the steady state of both systems is compared.",
-        "- Every run ends with the verifier: lost / duplicated / reordered are counted per source partition "
-        "against the sequence numbers the producer wrote.",
+        "- Every run ends with the verifier: lost / not yet copied / duplicated / reordered are counted per "
+        "source partition against the sequence numbers the producer wrote. " + MISSING_TERMS,
         "",
     ]
     for scenario in ("throughput", "latency", "add-topics", "worker-failure", "delivery", "profile", "smoke"):
@@ -451,72 +446,3 @@ def write_markdown(results_dir: Path, target: Path) -> Path:
     kept = hand_written_tail(target.read_text()) if target.exists() else ""
     target.write_text(render_markdown(results) + ("\n" + kept if kept else ""))
     return target
-
-
-# ---- plots --------------------------------------------------------------------------------------
-
-
-def plot(doc: dict[str, Any], results_dir: Path) -> Path | None:
-    """A PNG for scenarios where a curve says more than a table; None when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    scenario = doc["scenario"]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    colors = {"strait": "tab:blue", "mm2": "tab:orange"}
-    label = {"strait": "Strait", "mm2": "MirrorMaker 2"}
-    if scenario == "throughput":
-        keys = [(q["size"], q["compression"], q["parallelism"]) for q in doc["ratios"]]
-        xs = range(len(keys))
-        width = 0.4
-        for i, system in enumerate(("strait", "mm2")):
-            values = [q.get(f"{system}_records_per_s") or 0 for q in doc["ratios"]]
-            ax.bar([x + (i - 0.5) * width for x in xs], values, width, label=label[system], color=colors[system])
-        ax.set_xticks(list(xs), [f"{s} B\n{c}\nx{p}" for s, c, p in keys], fontsize=8)
-        ax.set_ylabel("records/s")
-        ax.set_title("Throughput of a full copy (higher is better)")
-    elif scenario == "latency":
-        for run in doc["runs"]:
-            points = run.get("cdf_ms") or []
-            if points:
-                style = "-" if run["rate"] == min(r["rate"] for r in doc["runs"]) else "--"
-                ax.plot(
-                    [p[1] for p in points],
-                    [p[0] for p in points],
-                    style,
-                    color=colors[run["system"]],
-                    label=f"{label[run['system']]} @ {run['rate']:,.0f}/s",
-                )
-        ax.set_xscale("log")
-        ax.set_xlabel("end-to-end latency (ms, log)")
-        ax.set_ylabel("percentile")
-        ax.set_title("Latency distribution")
-    elif scenario in ("add-topics", "worker-failure"):
-        key = "rate_a" if scenario == "add-topics" else "rate_series"
-        for run in doc["runs"]:
-            series = run.get(key) or []
-            if series:
-                ax.plot(
-                    [p[0] for p in series],
-                    [p[1] for p in series],
-                    color=colors[run["system"]],
-                    label=label[run["system"]],
-                    linewidth=1,
-                )
-        ax.axvline(0, color="grey", linestyle=":")
-        ax.set_xlabel("seconds after " + ("the topics were added" if scenario == "add-topics" else "the kill -9"))
-        ax.set_ylabel("records/s arriving" + (" on topic A" if scenario == "add-topics" else ""))
-        ax.set_title("Arrivals at the destination")
-    else:
-        plt.close(fig)
-        return None
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = results_dir / f"{scenario}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from strait.bench.markdown import _n, _table, _verdict
+from strait.bench.markdown import VERDICT_HEADER, _n, _table, _verdict
 
 _METHOD = (
     "Strait alone, the route's `delivery` switched between `at-least-once` and `exactly-once` (transactional "
@@ -78,7 +78,7 @@ def render(doc: dict[str, Any]) -> list[str]:
             "start-up s",
             "load 1m",
             "logged",
-            "lost / dup / reordered",
+            VERDICT_HEADER,
         ],
         rows,
     )
@@ -145,7 +145,7 @@ def render(doc: dict[str, Any]) -> list[str]:
             "Strait CPU",
             "load 1m",
             "logged",
-            "lost / dup / reordered",
+            VERDICT_HEADER,
         ],
         rows,
     )

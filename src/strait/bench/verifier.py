@@ -5,7 +5,9 @@ destination holds it (offset order within a destination partition), and says how
 records each source partition received (sequences ``0 .. n-1``).
 
 Definitions, chosen so that at-least-once redelivery is not mistaken for reordering:
-- *lost*: a sequence below the expected count that never arrived;
+- *missing*: a sequence below the expected count that the reader did not see; split, once the
+  replicator's committed positions are known (`strait.bench.missing`), into *lost* (the committed
+  position moved past it: it is never going to arrive) and *not yet copied* (the rest);
 - *duplicated*: every arrival of a sequence beyond its first;
 - *out of order*: the first arrival of a sequence lower than one already seen in the same
   partition (a replay of records already delivered counts as duplicates only);
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from strait.bench.missing import Missing, Split
 from strait.bench.records import Stamp
 
 PartitionKey = tuple[str, int]  # (topic, partition)
@@ -32,16 +36,21 @@ class PartitionReport:
     partition: int
     expected: int
     received: int
-    lost: int
+    missing: int
     duplicated: int
     out_of_order: int
     misrouted: int
     unexpected: int
+    missing_ranges: tuple[tuple[int, int], ...] = ()
+    # The split of `missing` (None until the replicator's committed position was compared).
+    lost: int | None = None
+    not_yet_copied: int | None = None
+    committed: int | None = None  # the replicator's committed source offset, when it was read
     lost_ranges: tuple[tuple[int, int], ...] = ()
 
     @property
     def ok(self) -> bool:
-        return self.lost == 0 and self.out_of_order == 0 and self.misrouted == 0 and self.unexpected == 0
+        return self.missing == 0 and self.out_of_order == 0 and self.misrouted == 0 and self.unexpected == 0
 
 
 @dataclass(frozen=True)
@@ -60,8 +69,18 @@ class VerifyReport:
         return sum(p.received for p in self.partitions)
 
     @property
-    def lost(self) -> int:
-        return sum(p.lost for p in self.partitions)
+    def missing(self) -> int:
+        return sum(p.missing for p in self.partitions)
+
+    @property
+    def lost(self) -> int | None:
+        """Missing records the committed position moved past (None: not split)."""
+        return _sum_split([p.lost for p in self.partitions if p.missing])
+
+    @property
+    def not_yet_copied(self) -> int | None:
+        """Missing records a restart from the committed position would still copy (None: not split)."""
+        return _sum_split([p.not_yet_copied for p in self.partitions if p.missing])
 
     @property
     def duplicated(self) -> int:
@@ -81,14 +100,16 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        """No loss, no reordering, nothing misplaced (duplicates are reported, not failed)."""
+        """Nothing missing, no reordering, nothing misplaced (duplicates are reported, not failed)."""
         return all(p.ok for p in self.partitions) and self.foreign == 0
 
-    def summary(self) -> dict[str, int | bool]:
-        return {
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
             "expected": self.expected,
             "received": self.received,
+            "missing": self.missing,
             "lost": self.lost,
+            "not_yet_copied": self.not_yet_copied,
             "duplicated": self.duplicated,
             "out_of_order": self.out_of_order,
             "misrouted": self.misrouted,
@@ -96,6 +117,20 @@ class VerifyReport:
             "foreign": self.foreign,
             "ok": self.ok,
         }
+        lost = [
+            {"topic": p.topic, "partition": p.partition, "committed": p.committed, "seq": list(p.lost_ranges)}
+            for p in self.partitions
+            if p.lost
+        ]
+        if lost:
+            out["lost_where"] = lost
+        return out
+
+
+def _sum_split(values: list[int | None]) -> int | None:
+    if any(v is None for v in values):
+        return None
+    return sum(v for v in values if v is not None)
 
 
 @dataclass
@@ -147,24 +182,45 @@ class Verifier:
         else:
             tally.highest = seq
 
-    def report(self) -> VerifyReport:
+    def missing(self) -> dict[PartitionKey, Missing]:
+        """The sequence numbers not seen, per partition that has any."""
+        out = {}
+        for key, tally in self._tallies.items():
+            gone = Missing(bytes(tally.seen))
+            if len(gone):
+                out[key] = gone
+        return out
+
+    def report(self, split: Mapping[PartitionKey, Split] | None = None) -> VerifyReport:
+        """The verdict; with `split` (from `strait.bench.missing.split`), missing records are told
+        apart into lost and not yet copied. Without it, they stay unsplit (lost is None)."""
         reports = []
         for key in sorted(self._tallies):
             tally = self._tallies[key]
             expected = self._expected[key]
-            distinct = tally.seen.count(1)
+            missing = expected - tally.seen.count(1)
+            verdict = (split or {}).get(key)
+            lost: int | None = None
+            if verdict is not None:
+                lost = verdict.lost
+            elif split is not None and missing == 0:
+                lost = 0
             reports.append(
                 PartitionReport(
                     topic=key[0],
                     partition=key[1],
                     expected=expected,
                     received=tally.received,
-                    lost=expected - distinct,
+                    missing=missing,
                     duplicated=tally.duplicated,
                     out_of_order=tally.out_of_order,
                     misrouted=tally.misrouted,
                     unexpected=tally.unexpected,
-                    lost_ranges=_missing_ranges(tally.seen),
+                    missing_ranges=_missing_ranges(tally.seen),
+                    lost=lost,
+                    not_yet_copied=None if lost is None else missing - lost,
+                    committed=verdict.committed if verdict else None,
+                    lost_ranges=verdict.lost_ranges if verdict else (),
                 )
             )
         return VerifyReport(partitions=tuple(reports), foreign=self._foreign)

@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 from strait.bench import workload
+from strait.bench.markdown import missing_words
 from strait.bench.scenarios.harness import (
     SEC,
     Bench,
@@ -16,6 +17,7 @@ from strait.bench.scenarios.harness import (
     ratio,
     run_safely,
     topic_name,
+    verdict,
 )
 from strait.bench.stats import first_at_or_after, longest_gap
 
@@ -55,8 +57,8 @@ def add_topics(
         runs.append(run)
         bench.log(
             f"  -> longest gap on A {run.get('gap_a_ms')} ms (before: {run.get('baseline_gap_a_ms')} ms), "
-            f"new topics' first record after {run.get('first_record_max_s')} s (max), lost "
-            f"{run.get('verify', {}).get('lost')}" + (f" FAILED: {run['error']}" if run.get("error") else "")
+            f"new topics' first record after {run.get('first_record_max_s')} s (max), "
+            f"{missing_words(run.get('verify', {}))}" + (f" FAILED: {run['error']}" if run.get("error") else "")
         )
     by = {r["system"]: r for r in runs}
     ratios = {
@@ -145,7 +147,7 @@ def _add_topics_run(
                 first_record_median_s=statistics.median(present) if present else None,
                 new_topics_missing=len(added) - len(present),
                 rate_a=rate_series(times_a, t_add_us),
-                verify=arrivals.verify(session.expected).summary(),
+                verify=verdict(bench, replicator, arrivals, session.expected),
             )
 
     return run_safely(result, body)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from strait.bench.machine import LoadWatch
+from strait.bench.markdown import missing_words
 from strait.bench.scenarios.harness import Bench, mean, strait_available
 from strait.bench.scenarios.latency import _latency_run
 from strait.bench.scenarios.throughput import _throughput_run
@@ -147,7 +148,7 @@ def _fmt(run: dict[str, Any]) -> str:
     if run.get("error"):
         return f"FAILED: {run['error']}{tail}"
     v = run.get("verify", {})
-    verdict = f"lost {v.get('lost')}, dup {v.get('duplicated')}"
+    verdict = f"{missing_words(v)}, dup {v.get('duplicated')}"
     if run["kind"] == "throughput":
         return (
             f"{run.get('steady_records_per_s') or 0:,.0f} rec/s ({run['records_per_s']:,.0f} all records / copy time), "

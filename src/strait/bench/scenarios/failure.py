@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from strait.bench import workload
+from strait.bench.markdown import missing_words
 from strait.bench.scenarios.harness import (
     SEC,
     Bench,
@@ -15,6 +16,7 @@ from strait.bench.scenarios.harness import (
     ratio,
     run_safely,
     topic_name,
+    verdict,
 )
 from strait.bench.stats import longest_gap
 from strait.bench.straitrun import StraitReplicator
@@ -39,8 +41,7 @@ def worker_failure(
         v = run.get("verify", {})
         bench.log(
             f"  -> resumed after {run.get('resume_s')} s, stalled partitions {run.get('stalled_partitions')}, "
-            f"lost {v.get('lost')}, dup {v.get('duplicated')}"
-            + (f" FAILED: {run['error']}" if run.get("error") else "")
+            f"{missing_words(v)}, dup {v.get('duplicated')}" + (f" FAILED: {run['error']}" if run.get("error") else "")
         )
     by = {r["system"]: r for r in runs}
     return {
@@ -121,7 +122,7 @@ def _failure_run(
                 stalled_partitions=len(resumed) + never,
                 longest_gap_s=round(max(stalls), 3),
                 rate_series=rate_series(arrivals.arrival_times(topic), t_kill_us),
-                verify=arrivals.verify(session.expected).summary(),
+                verify=verdict(bench, replicator, arrivals, session.expected),
             )
 
     return run_safely(result, body)

@@ -212,7 +212,14 @@ def verdict(
 ) -> dict[str, Any]:
     """The verifier's summary of a run, its missing records split into lost (the replicator's
     committed position moved past them) and not yet copied (`strait.bench.positions`)."""
-    report = positions.audit(replicator, arrivals.verifier(expected), bench.src, bench.dst, log=bench.log)
+    report = positions.audit(
+        replicator,
+        arrivals.verifier(expected),
+        bench.src,
+        bench.dst,
+        log=bench.log,
+        offsets_props=bench.sandbox.clusters["dst"].admin_props(),  # MirrorMaker's own user (see above)
+    )
     return report.summary()
 
 

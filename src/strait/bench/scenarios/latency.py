@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from strait.bench import workload
+from strait.bench.markdown import missing_words
 from strait.bench.procstat import ProcessMeter
 from strait.bench.scenarios.harness import (
     SEC,
@@ -17,6 +18,7 @@ from strait.bench.scenarios.harness import (
     ratio,
     run_safely,
     topic_name,
+    verdict,
 )
 from strait.bench.stats import latency_summary
 
@@ -48,7 +50,7 @@ def latency(
                 lat = run.get("latency", {})
                 bench.log(
                     f"  -> p50 {lat.get('p50_ms', float('nan')):.1f} ms, p99 {lat.get('p99_ms', float('nan')):.1f} ms, "
-                    f"p99.9 {lat.get('p999_ms', float('nan')):.1f} ms, lost {run.get('verify', {}).get('lost')}"
+                    f"p99.9 {lat.get('p999_ms', float('nan')):.1f} ms, {missing_words(run.get('verify', {}))}"
                     + (f" FAILED: {run['error']}" if run.get("error") else "")
                 )
     ratios = latency_ratios(runs, rates)
@@ -126,7 +128,7 @@ def _latency_run(
             )
             result["cpu_percent"] = round(100 * (cpu1 - cpu0) / ((ended_us - started_us) / SEC), 1)
             result["peak_rss_mb"] = round(meter.peak_rss_total_mb(), 1)
-            result["verify"] = arrivals.verify(session.expected).summary()
+            result["verify"] = verdict(bench, replicator, arrivals, session.expected)
 
     return run_safely(result, body)
 

@@ -6,13 +6,14 @@ import time
 import uuid
 from typing import Any
 
-from strait.bench import reader, workload
+from strait.bench import positions, reader, workload
 from strait.bench.replicator import Replicator
 from strait.bench.scenarios.harness import (
     Bench,
     run_safely,
     running,
     topic_name,
+    verdict,
 )
 
 
@@ -39,7 +40,14 @@ def smoke(
             with running(replicator, [topic]):
                 arrivals = reader.read(bench.dst, [topic], done=lambda n: n >= records, deadline_s=timeout_s)
             result["seconds"] = round(time.monotonic() - started, 2)
-            result["verify"] = arrivals.verify(expected).summary()
+            result["verify"] = verdict(bench, replicator, arrivals, expected)
+            # What the replicator committed (its resume position, summed over partitions): after a
+            # clean stop, every record; this is the figure a missing record is judged lost against.
+            keys = [(topic, p) for p in range(partitions)]
+            committed = positions.committed_positions(
+                replicator, bench.src, bench.dst, keys, offsets_props=bench.sandbox.clusters["dst"].admin_props()
+            )
+            result["committed"] = sum(position or 0 for position in committed.values())
 
         runs.append(run_safely(result, body))
         bench.log(f"smoke: {system}: {runs[-1].get('verify')} {runs[-1].get('error', '')}")

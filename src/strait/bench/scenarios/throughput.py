@@ -11,6 +11,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from strait.bench import reader, workload
+from strait.bench.markdown import missing_words
 from strait.bench.procstat import ProcessMeter
 from strait.bench.replicator import Replicator
 from strait.bench.scenarios.harness import (
@@ -21,6 +22,7 @@ from strait.bench.scenarios.harness import (
     ratio,
     running,
     topic_name,
+    verdict,
 )
 
 
@@ -112,7 +114,7 @@ def _fmt_throughput(run: dict[str, Any]) -> str:
     v = run["verify"]
     return (
         f"{run['records_per_s']:,.0f} rec/s, {run['mb_per_s']:.1f} MB/s, {run['cpu_s_per_gb']:.0f} CPU s/GB, "
-        f"peak RSS {run['peak_rss_mb']:.0f} MB, lost {v['lost']}, dup {v['duplicated']}"
+        f"peak RSS {run['peak_rss_mb']:.0f} MB, {missing_words(v)}, dup {v['duplicated']}"
     )
 
 
@@ -192,7 +194,7 @@ def _throughput_run(
             deadline_s=120,
             isolation_level="read_committed" if delivery else None,
         )
-        result["verify"] = arrivals.verify(expected).summary()
+        result["verify"] = verdict(bench, replicator, arrivals, expected)
     except Exception as exc:  # a failed run is a result to record, not the end of the benchmark
         result["error"] = f"{type(exc).__name__}: {exc}"
         result.setdefault("verify", {})
