@@ -74,6 +74,9 @@ class RouteConfig(_Model):
     # transaction_max_bytes were produced in it).
     transaction_interval_ms: int = Field(default=100, ge=10, le=60_000)
     transaction_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    # Publish which source offsets landed at which destination offsets (runs of consecutive
+    # records) to `__strait_offsets.<route>` on the destination, for exact consumer failover.
+    offset_map: bool = True
     # The worker pools this route's partitions may run on (`worker.pool`); None: every pool.
     # With no live worker in any of them, the route waits (reported), never borrows another pool.
     pools: list[str] | None = Field(default=None, min_length=1)

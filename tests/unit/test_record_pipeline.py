@@ -124,6 +124,16 @@ class Pending:
 
 
 @dataclass
+class Delivered:
+    """What a delivery report carries that the pipeline reads: the destination offset."""
+
+    written_at: int
+
+    def offset(self) -> int:
+        return self.written_at
+
+
+@dataclass
 class FakeProducer:
     """Holds records until the test answers them; a bounded queue raises BufferError when full."""
 
@@ -131,6 +141,7 @@ class FakeProducer:
     pending: list[Pending] = field(default_factory=list)
     destination: dict[int, list[int]] = field(default_factory=dict)  # source offsets, in write order
     on_flush: Callable[[FakeProducer], None] | None = None
+    log_end: dict[int, int] = field(default_factory=dict)  # destination offsets handed out
 
     def produce(self, topic: str, value: bytes, key: bytes, *, partition: int, on_delivery: Any, **_: Any) -> None:
         if len(self.pending) >= self.capacity:
@@ -154,7 +165,8 @@ class FakeProducer:
         done, self.pending = self.pending[:count], self.pending[len(self.pending[:count]) :]
         for record in done:
             self.destination.setdefault(record.partition, []).append(record.offset)
-            record.callback(None, None)
+            self.log_end[record.partition] = self.log_end.get(record.partition, 0) + 1
+            record.callback(None, Delivered(self.log_end[record.partition] - 1))
 
     def fail(self, count: int | None = None, code: int = KafkaError._MSG_TIMED_OUT, *, cascade: bool = True) -> None:
         """The oldest `count` records fail, and with them every later record of their partitions

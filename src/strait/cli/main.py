@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from strait.cli import balance, bench, controller, demo, sandbox, status, topics, worker, workers
+from strait.cli import balance, bench, controller, demo, failover, sandbox, status, topics, worker, workers
 
 app = typer.Typer(
     help="Strait: replicate Kafka topics between clusters and keep each cluster's disks balanced.",
@@ -18,6 +18,7 @@ app.command("worker")(worker.worker)
 app.add_typer(topics.app, name="topics")
 app.add_typer(workers.app, name="workers")
 app.command("status")(status.status)
+app.command("failover")(failover.failover)
 app.add_typer(balance.app, name="balance")
 app.add_typer(bench.app, name="bench")
 

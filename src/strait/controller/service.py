@@ -217,6 +217,28 @@ class ControllerService:
         if self.controller is not None:
             self.controller.wake()
 
+    def failover(self, route_name: str, group: str, *, dry_run: bool) -> dict[str, Any]:
+        """One-shot exact failover of a consumer group (see strait.offsetmap.failover)."""
+        from strait.offsetmap import failover
+
+        route = self._route(route_name)
+        try:
+            partitions = failover.plan(self.config, route.name, group)
+            written = 0 if dry_run else failover.apply(self.config, route.name, group, partitions)
+        except failover.GroupActive as exc:
+            raise Conflict(str(exc)) from exc
+        except failover.NothingToTranslate as exc:
+            raise NotFound(str(exc)) from exc
+        except failover.FailoverError as exc:
+            raise Unavailable(str(exc)) from exc
+        return {
+            "route": route.name,
+            "group": group,
+            "dry_run": dry_run,
+            "written": written,
+            "partitions": [p.as_dict() for p in partitions],
+        }
+
     def drain(self, worker_id: str) -> dict[str, Any]:
         snapshot = self.store.snapshot()
         worker = snapshot.workers.get(worker_id)

@@ -116,6 +116,12 @@ def create_app(service: ControllerService, *, api_token: str | None) -> FastAPI:
     def drain(worker_id: str) -> dict[str, Any]:
         return service.drain(worker_id)
 
+    @app.post("/routes/{route}/groups/{group}/failover", dependencies=[Depends(require_token)])
+    def failover(route: str, group: str, dry_run: bool = False) -> dict[str, Any]:
+        """Translate GROUP's committed source offsets through the route's offset map and commit
+        them for GROUP on the destination (409 while GROUP has members there)."""
+        return service.failover(route, group, dry_run=dry_run)
+
     @app.get("/assignment")
     def assignment() -> dict[str, str | None]:
         return service.assignment()

@@ -81,6 +81,10 @@ def copier_factory(config: StraitConfig, worker_id: str, metrics: WorkerMetrics 
             from strait.worker.exactly_once import exactly_once_parts
 
             extra = exactly_once_parts(route, source=source, destination=destination, worker_id=worker_id)
+        if route.offset_map:
+            from strait.offsetmap.store import MapWriter
+
+            extra["offset_map"] = MapWriter(destination, route.name, client_id=f"strait-{route.name}-{worker_id}")
         copier = Copier(
             route=route.name,
             source=source,

@@ -25,6 +25,7 @@ from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # re
 from strait import clients
 from strait.access_errors import explain
 from strait.metrics.stages import CopyObserver
+from strait.offsetmap.store import MapWriter
 from strait.worker.checkpoint import checkpoint_violation, start_offset
 from strait.worker.destination import DestinationError, DestinationTopics
 from strait.worker.fetch import RecordPipeline
@@ -230,11 +231,13 @@ class Copier:
         observer: CopyObserver | None = None,
         checkpoints: CheckpointStore | None = None,
         destinations: DestinationManager | None = None,
+        offset_map: MapWriter | None = None,
     ) -> None:
         self.route = route
         self.group_id = group_id
         self.worker_id = worker_id
         self._commit_interval_s = commit_interval_s
+        self._offset_map = offset_map
         self._source_props, self._destination_props = source, destination
         self._catchup_lag_threshold = catchup_lag_threshold
         self._observer = observer
@@ -391,6 +394,8 @@ class Copier:
             remaining = [e for e in self._entries.values() if e.phase != "starting"]
         self._commit(remaining, final=True)
         self._checkpoints.close()
+        if self._offset_map is not None:
+            self._offset_map.close()
 
     # -- control thread --------------------------------------------------------------------
 
@@ -631,6 +636,13 @@ class Copier:
         for state, offset in due:
             if state.task not in failed:
                 state.committed = offset
+        if self._offset_map is not None:
+            # Published with the checkpoint's rhythm; a record copied again later (a resend, a
+            # successor) gets a later run, and translation prefers the latest copy.
+            published = [s for s, _ in due if s.task not in failed]
+            self._offset_map.publish(
+                (s.task.topic, s.task.partition, s.task.destination_topic, s.runs) for s in published
+            )
         if failed:
             log.warning("copier %s: checkpoint commit failed for %s", self.route, sorted(map(str, failed)))
 

@@ -497,10 +497,12 @@ class RecordPipeline:
         offset: int,
         size: int,
         error: KafkaError | None,
-        _message: Message,
+        message: Message,
     ) -> None:
         if error is None:
             tracker.acked(offset)
+            written = message.offset()
+            state.runs.note(offset, -1 if written is None else written)
             state.records += 1
             state.bytes += size
             state.last_progress = time.time()

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from strait.offsetmap.runs import RunRecorder
 from strait.worker.checkpoint import AckTracker
 from strait.worker.task import PartitionTask
 
@@ -149,6 +150,8 @@ class PartitionState:
         # Acknowledged records of an open transaction may still be aborted, so the checkpoint
         # is this, not the tracker's acknowledged position.
         self.durable: int | None = None
+        # Which source offsets landed where on the destination (the offset map's runs).
+        self.runs = RunRecorder()
 
     @property
     def failed(self) -> bool:

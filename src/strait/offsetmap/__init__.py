@@ -1,0 +1,7 @@
+"""The exact offset map: which source offsets landed at which destination offsets.
+
+Workers record it from delivery reports (runs of consecutive records, not one entry per
+record) and publish it to the destination topic ``__strait_offsets.<route>`` after each
+checkpoint commit. Failover reads it to move a consumer group from the source cluster to the
+destination exactly where it was (:mod:`strait.offsetmap.failover`).
+"""
