@@ -81,7 +81,9 @@ def plan(config: StraitConfig, route_name: str, group: str) -> list[PartitionFai
     committed = _committed(source, group, [TopicPartition(t, p) for t, p in keys])
     present = {k: offset for k, offset in zip(keys, committed, strict=True) if offset is not None}
     if not present:
-        raise NothingToTranslate(f"group {group!r} has no committed offsets on cluster {route.source!r} for route topics")
+        raise NothingToTranslate(
+            f"group {group!r} has no committed offsets on cluster {route.source!r} for route topics"
+        )
     targets = [TopicPartition(runs[k].destination_topic, k[1]) for k in present]
     before = dict(zip(present, _committed(destination, group, targets), strict=True))
     result = []
