@@ -208,12 +208,20 @@ def test_results_written_before_the_split_are_not_called_lost() -> None:
     unread = _run("strait", missing=3, lost=None, not_yet_copied=None)
     assert _verdict(old) == "7 missing, not split / 0 / 0"
     assert _verdict(unread) == "3 missing, not split / 0 / 0"
-    assert missing_words(old["verify"]) == "missing 7 (not split)"  # type: ignore[arg-type]
+    assert missing_words(old["verify"]) == "missing 7 (not split into lost / not yet copied)"  # type: ignore[arg-type]
     lines = missing_summary({"smoke": {"runs": [old, unread]}})
     assert lines == [
         "- **Records missing, not split** into lost and not yet copied (results written before the split, or "
         "the committed positions could not be read): Strait 3, MM2 7."
     ]
+
+
+def test_an_old_result_with_nothing_missing_needs_no_split() -> None:
+    old = _run("mm2", lost=0)
+    assert _verdict(old) == "0 / 0 / 0 / 0"
+    assert missing_words(old["verify"]) == "lost 0, not yet copied 0"  # type: ignore[arg-type]
+    [line] = missing_summary({"smoke": {"runs": [old, _run("strait", lost=0)]}})
+    assert "over the 2 verified runs: Strait 0, MM2 0" in line
 
 
 def test_benchmarks_md_defines_both_words() -> None:

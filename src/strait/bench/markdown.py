@@ -30,20 +30,34 @@ def _verdict(run: dict[str, Any]) -> str:
     v = run.get("verify") or {}
     if not v:
         return "—"
-    if "missing" not in v:  # written before the split: its "lost" counted every missing record
-        return f"{v.get('lost')} missing, not split / {v.get('duplicated')} / {v.get('out_of_order')}"
-    if v.get("lost") is None:
-        return f"{v['missing']} missing, not split / {v.get('duplicated')} / {v.get('out_of_order')}"
-    return f"{v['lost']} / {v.get('not_yet_copied')} / {v.get('duplicated')} / {v.get('out_of_order')}"
+    lost, pending = split_of(v)
+    if lost is None:
+        return f"{missing_of(v)} missing, not split / {v.get('duplicated')} / {v.get('out_of_order')}"
+    return f"{lost} / {pending} / {v.get('duplicated')} / {v.get('out_of_order')}"
+
+
+def missing_of(v: dict[str, Any]) -> Any:
+    """Records missing from the copy. Results written before the split have no "missing": their
+    "lost" counted every missing record."""
+    return v["missing"] if "missing" in v else v.get("lost")
+
+
+def split_of(v: dict[str, Any]) -> tuple[Any, Any]:
+    """(lost, not yet copied) of a verdict; (None, None) when its missing records were not split.
+    Nothing missing needs no split: (0, 0)."""
+    if missing_of(v) == 0:
+        return 0, 0
+    if "missing" not in v:
+        return None, None
+    return v.get("lost"), v.get("not_yet_copied")
 
 
 def missing_words(v: dict[str, Any]) -> str:
     """The verdict's missing records in words, for progress lines: "lost 0, not yet copied 12"."""
-    if "missing" not in v:
-        return f"missing {v.get('lost')} (not split)"
-    if v.get("lost") is None:
-        return f"missing {v['missing']} (not split: committed positions unread)"
-    return f"lost {v['lost']}, not yet copied {v.get('not_yet_copied')}"
+    lost, pending = split_of(v)
+    if lost is None:
+        return f"missing {missing_of(v)} (not split into lost / not yet copied)"
+    return f"lost {lost}, not yet copied {pending}"
 
 
 HAND_WRITTEN = "(not produced by `strait bench report`)"

@@ -302,7 +302,7 @@ _SECTIONS: dict[str, tuple[str, str, Callable[[dict[str, Any]], list[str]]]] = {
         "with SIGKILL. A partition is stalled when its longest silence after the kill exceeds twice the longest "
         "silence any partition had before it (at least 1 s); reported are the time from the kill until the last "
         "stalled partition's records arrive again, the longest per-partition gap, and the verifier's count of "
-        "lost / duplicated / reordered records over the whole run.",
+        "lost / not yet copied / duplicated / reordered records over the whole run.",
         _failure_md,
     ),
     "profile": (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from strait.bench.markdown import _n
+from strait.bench.markdown import _n, missing_of, split_of
 
 MISSING_TERMS = (
     "A record the reader had not found when a run's window closed is **lost** if the replicator's committed "
@@ -26,15 +26,16 @@ def missing_summary(results: dict[str, dict[str, Any]]) -> list[str]:
     for doc in results.values():
         for run in doc.get("runs", []):
             v = run.get("verify") or {}
-            if not isinstance(v.get("missing", v.get("lost")), int):
+            if not isinstance(missing_of(v), int):
                 continue
             runs += 1
             system = str(run.get("system", "strait"))
-            if isinstance(v.get("lost"), int) and "missing" in v:
-                lost[system] = lost.get(system, 0) + v["lost"]
-                pending[system] = pending.get(system, 0) + int(v.get("not_yet_copied") or 0)
-            else:  # before the split (its "lost" was every missing record), or positions unread
-                unsplit[system] = unsplit.get(system, 0) + int(v.get("missing", v.get("lost")) or 0)
+            split_lost, split_pending = split_of(v)
+            if isinstance(split_lost, int):
+                lost[system] = lost.get(system, 0) + split_lost
+                pending[system] = pending.get(system, 0) + int(split_pending or 0)
+            else:  # written before the split (its "lost" was every missing record), or positions unread
+                unsplit[system] = unsplit.get(system, 0) + int(missing_of(v))
     if not runs:
         return []
 
