@@ -219,8 +219,8 @@ class Fleet:
             raise RuntimeError(f"controller {name} did not start; see {self.workdir / (name + '.log')}")
         return url
 
-    def start_worker(self, name: str) -> None:
-        self._spawn(name, ["worker", "--id", name])
+    def start_worker(self, name: str, pool: str | None = None) -> None:
+        self._spawn(name, ["worker", "--id", name, *(["--pool", pool] if pool else [])])
 
     def api(self, name: str | None = None) -> ControllerClient:
         """A client of controller `name`, or of any running controller."""

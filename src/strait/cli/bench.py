@@ -442,6 +442,36 @@ def delivery(
 
 
 @app.command()
+def assignment(
+    partitions: int = typer.Option(100_000, help="Partitions to assign."),
+    workers: int = typer.Option(500, help="Workers, spread evenly over the pools."),
+    pools: int = typer.Option(5, help="Worker pools; routes limited to one pool each hold a fifth of the partitions."),
+    repeats: int = typer.Option(5, help="Deaths and joins measured (a different worker each time)."),
+    seed: int = typer.Option(1, help="Seed of the generated fleet."),
+    results_dir: Path = _RESULTS,
+) -> None:
+    """No cluster: time to compute a new assignment after a worker dies and after one joins (goal < 1 s)."""
+    import json
+
+    from strait.bench import assignment as scenario
+
+    result = scenario.run(partitions, workers, pools, repeats, seed, log=typer.echo)
+    death, join = result["death_assign_s"], result["join_assign_s"]
+    typer.echo(
+        f"after a death: median {death['median']:.3f} s, max {death['max']:.3f} s; after a join: median "
+        f"{join['median']:.3f} s, max {join['max']:.3f} s (goal < {result['goal_s']:.0f} s); "
+        f"load average {result['load_average_before']} on {result['cpus']} CPUs; violations {result['violations']}"
+    )
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / "assignment.json"
+    result["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    typer.echo(f"wrote {path}")
+    if result["violations"]:
+        raise typer.Exit(1)
+
+
+@app.command()
 def report(results_dir: Path = _RESULTS, markdown: Path = _MARKDOWN) -> None:
     """Regenerate the Markdown report (and plots) from the result files."""
     from strait.bench import report as reporting

@@ -115,9 +115,10 @@ def pool_violations(
         unfair = {w: counts.get(w, 0) for w in pool_workers if not quota.floor <= counts.get(w, 0) <= quota.ceil}
         if unfair:
             problems.append(f"pool {pool}: counts outside [{quota.floor}, {quota.ceil}]: {unfair}")
-        kept = {k: w for k in by_pool[pool] if (w := current.get(k)) in pool_workers}
+        mates = set(pool_workers)
+        kept = {k: w for k in by_pool[pool] if (w := current.get(k)) in mates}
         moved = sum(1 for k, w in kept.items() if result[k] != w)
-        needed = minimal_moves(by_pool[pool], pool_workers, kept)
+        needed = minimal_moves(set(by_pool[pool]), pool_workers, kept)
         if moved > needed:
             problems.append(f"pool {pool}: moved {moved} partitions where {needed} would do")
     most = {p: max(counts.get(w, 0) for w in ws) for p, ws in members.items()}
