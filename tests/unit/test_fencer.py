@@ -76,3 +76,27 @@ def test_healing_that_voids_a_live_workers_claim_fences_it_too() -> None:
     assert _settle(fencer, "w1", EOS)
     fencer.forget({"w1"})  # live again: a later failure needs a new fence
     assert not fencer.fenced("w1", EOS)
+
+
+def test_a_worker_fenced_while_live_is_not_fenced_again_on_every_turn(monkeypatch: Any) -> None:
+    # The 30-minute chaos run: the loop forgot the fence of a live worker at once and fenced it
+    # again on every turn (about once a second), aborting each of its transactions.
+    fake = FakeFence()
+    fencer = Fencer({EOS: {}}, lambda: None, fence_fn=fake)
+    key = PartitionKey(EOS, "t", 0)
+    fencer.forget({"w1", "w2"})
+    for _ in range(20):
+        fencer.forget({"w1", "w2"})
+        park_until_fenced({key: "w2"}, {key: "w1"}, {}, {"w1", "w2"}, fencer)
+        time.sleep(0.02)
+    assert len(fake.calls) == 1
+    # Much later, still untrusted: fenced once more.
+    monkeypatch.setattr("strait.controller.fencer.REFENCE_AFTER_S", 0.0)
+    fencer.forget({"w1", "w2"})
+    assert not fencer.fenced("w1", EOS) and _settle(fencer, "w1", EOS)
+    assert len(fake.calls) == 2
+    # Dead, then back: the old fence no longer counts.
+    monkeypatch.setattr("strait.controller.fencer.REFENCE_AFTER_S", 3600.0)
+    fencer.forget({"w2"})
+    fencer.forget({"w1", "w2"})
+    assert not fencer.fenced("w1", EOS)

@@ -289,3 +289,40 @@ def test_a_call_refused_in_the_producers_state_replaces_the_producer(monkeypatch
         pipeline._step()
     assert pipeline._producer is second and second.calls[0] == "init"
     assert second.committed.get(0) == [0, 1, 2, 3, 4] and state.durable == 5 and state.error is None
+
+
+def test_a_fenced_pipeline_takes_no_partition_back_by_a_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The 30-minute chaos run: a frozen worker woke up and moved a partition between its own
+    # pipelines; the move re-created the fenced producer and the worker wrote beside the
+    # partition's new owner. Only a fresh assignment takes a fenced id back.
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    fenced, fresh = TxnProducer(), TxnProducer()
+    pipeline = _pipeline(FakeConsumer({0: list(range(5))}), fenced)
+    monkeypatch.setattr(pipeline, "_make_producer", lambda _props: fresh)
+    pipeline._fence("_FENCED: fenced by a newer instance")
+    moved = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(moved, 0, move=True)
+    pipeline._step()
+    assert (moved.error or "").startswith("fenced:") and pipeline._producer is fenced
+    assigned = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(assigned, 0)
+    pipeline._step()
+    assert pipeline._producer is fresh and assigned.error is None
+
+
+def test_a_fenced_pipeline_takes_nothing_back_without_a_confirmed_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    confirmed = False
+    fenced, fresh = TxnProducer(), TxnProducer()
+    pipeline = _pipeline(FakeConsumer({0: list(range(5))}), fenced, lease=lambda: confirmed)
+    monkeypatch.setattr(pipeline, "_make_producer", lambda _props: fresh)
+    pipeline._fence("_FENCED: fenced by a newer instance")
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    pipeline._step()
+    assert (state.error or "").startswith("fenced:") and pipeline._producer is fenced
+    confirmed = True
+    again = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(again, 0)
+    pipeline._step()
+    assert pipeline._producer is fresh and again.error is None

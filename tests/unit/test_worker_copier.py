@@ -17,6 +17,7 @@ from strait.worker import copier as copier_module
 from strait.worker.checkpoint import AckTracker, start_offset
 from strait.worker.copier import Copier, StartOffsets
 from strait.worker.destination import DestinationError
+from strait.worker.lease import Lease
 from strait.worker.pipeline import PartitionState
 from strait.worker.task import PartitionTask
 
@@ -37,7 +38,7 @@ class FakePipeline:
     def start(self) -> None:
         pass
 
-    def add(self, state: PartitionState, offset: int) -> None:
+    def add(self, state: PartitionState, offset: int, *, move: bool = False) -> None:
         with self._lock:
             state.tracker = AckTracker(offset)
             state.pipeline = self.name
@@ -310,3 +311,45 @@ def test_stop_with_drain_hands_every_partition_over(harness: Harness) -> None:
     assert [harness.checkpoints.history(t)[-1] for t in tasks] == [11, 12]
     assert harness.realtime.stopped and harness.catchup.stopped
     assert harness.copier.assigned() == set()
+
+
+def test_partitions_wait_to_start_while_the_workers_lease_is_not_confirmed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A worker frozen past its session wakes up with a copier that does not know yet: starting
+    # a partition assigned before the freeze would write beside its new owner.
+    monkeypatch.setattr(copier_module, "START_RETRY_S", 0.05)
+    lease = Lease(valid_for_s=60)
+    checkpoints = FakeCheckpoints()
+    copier = Copier(
+        route=ROUTE,
+        source={"bootstrap.servers": "127.0.0.1:1"},
+        destination={"bootstrap.servers": "127.0.0.1:1"},
+        group_id="strait-a-b",
+        worker_id="w1",
+        commit_interval_s=0.02,
+        pipeline_factory=FakePipeline,
+        checkpoints=checkpoints,
+        destinations=FakeDestinations(),
+        lease=lease.valid,
+    )
+    copier.start()
+    try:
+        copier.assign([_task(0)])
+        time.sleep(0.3)
+        realtime: FakePipeline = copier._realtime  # type: ignore[assignment]
+        assert realtime.adds == [] and copier.stats()[_task(0)].state == "starting"
+        lease.confirm()
+        _wait_for(lambda: realtime.adds == [(_task(0), 0)])
+    finally:
+        copier.stop(drain=False, timeout_s=1)
+
+
+def test_a_lease_expires_and_is_revoked() -> None:
+    lease = Lease(valid_for_s=0.05)
+    assert not lease.valid()
+    lease.confirm()
+    assert lease.valid()
+    time.sleep(0.06)
+    assert not lease.valid()
+    lease.confirm()
+    lease.revoke()
+    assert not lease.valid()

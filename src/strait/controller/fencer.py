@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 FENCE_TIMEOUT_S = 15.0
 RETRY_MIN_S = 1.0
 RETRY_MAX_S = 30.0
+# A worker fenced while live (healing gave up on it) is not fenced again sooner than this.
+REFENCE_AFTER_S = 60.0
 
 FenceFunction = Callable[[Mapping[str, Any], Iterable[str], float], None]
 
@@ -48,7 +50,8 @@ class Fencer:
         self._wake = wake
         self._fence = fence_fn
         self._lock = threading.Lock()
-        self._done: set[tuple[str, str]] = set()
+        self._done: dict[tuple[str, str], float] = {}  # pair -> when its fence finished
+        self._live_before: set[str] = set()
         self._running: dict[tuple[str, str], Future[None]] = {}
         self._retry: dict[tuple[str, str], tuple[float, float]] = {}  # (next attempt, backoff)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="strait-fencer")
@@ -74,10 +77,20 @@ class Fencer:
         return False
 
     def forget(self, live_workers: Iterable[str]) -> None:
-        """A worker that is live again may own partitions again: a later death needs a new fence."""
+        """A worker that came back to life may own partitions again: a later death needs a new
+        fence. One that stayed live (fenced because healing gave up on it) keeps its fence for
+        ``REFENCE_AFTER_S``: forgetting it at once fenced such a worker again on every turn of
+        the loop (a fence storm in the 30-minute chaos run, aborting each of its transactions)."""
         live = set(live_workers)
+        now = time.monotonic()
         with self._lock:
-            self._done = {pair for pair in self._done if pair[0] not in live}
+            came_back = live - self._live_before
+            self._done = {
+                pair: at
+                for pair, at in self._done.items()
+                if pair[0] not in live or (pair[0] not in came_back and now - at < REFENCE_AFTER_S)
+            }
+            self._live_before = live
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -102,7 +115,7 @@ class Fencer:
             )
             return
         with self._lock:
-            self._done.add(pair)
+            self._done[pair] = time.monotonic()
             self._retry.pop(pair, None)
             self._running.pop(pair, None)
         log.info("route %s: worker %s fenced; its partitions can move", route, worker)

@@ -43,9 +43,14 @@ from strait.coordination.model import (
 from strait.coordination.retry import RetryPolicy
 from strait.coordination.store import CoordinationStore, StoreUnavailable, WorkerIdTaken
 from strait.metrics.worker import WorkerMetrics
+from strait.worker.lease import Lease, always
 from strait.worker.task import PartitionTask
 
 log = logging.getLogger(__name__)
+
+# The lease stays valid for this fraction of the ZooKeeper session timeout after the agent last
+# read the assignment (see strait.worker.lease).
+LEASE_FRACTION = 0.8
 
 
 def checkpoint_group(route: str) -> str:
@@ -69,8 +74,12 @@ class RouteCopier(Protocol):
 CopierFactory = Callable[[RouteConfig], RouteCopier]
 
 
-def copier_factory(config: StraitConfig, worker_id: str, metrics: WorkerMetrics | None = None) -> CopierFactory:
-    """Build the data-path copier of a route from the configuration (observed by `metrics`)."""
+def copier_factory(
+    config: StraitConfig, worker_id: str, metrics: WorkerMetrics | None = None, lease: Lease | None = None
+) -> CopierFactory:
+    """Build the data-path copier of a route from the configuration (observed by `metrics`;
+    claiming ownership only while `lease` is valid)."""
+    valid = always if lease is None else lease.valid
 
     def make(route: RouteConfig) -> RouteCopier:
         from strait.worker.copier import Copier
@@ -80,7 +89,7 @@ def copier_factory(config: StraitConfig, worker_id: str, metrics: WorkerMetrics 
         if route.delivery == "exactly-once":
             from strait.worker.exactly_once import exactly_once_parts
 
-            extra = exactly_once_parts(route, source=source, destination=destination, worker_id=worker_id)
+            extra = exactly_once_parts(route, source=source, destination=destination, worker_id=worker_id, lease=valid)
         if route.offset_map:
             from strait.offsetmap.store import MapWriter
 
@@ -94,6 +103,7 @@ def copier_factory(config: StraitConfig, worker_id: str, metrics: WorkerMetrics 
             replication_factor=route.replication_factor,
             commit_interval_s=config.worker.commit_interval_s,
             observer=None if metrics is None else metrics.route(route.name),
+            lease=valid,
             **extra,
         )
         if metrics is not None:
@@ -114,11 +124,13 @@ class WorkerAgent:
         store: CoordinationStore,
         make_copier: CopierFactory,
         metrics: WorkerMetrics | None = None,
+        lease: Lease | None = None,
     ) -> None:
         self.config = config
         self.id = worker_id
         self.store = store
         self._make_copier = make_copier
+        self._lease = lease or Lease(config.zookeeper.session_timeout_s * LEASE_FRACTION)
         self._metrics = metrics
         self._copiers: dict[str, RouteCopier] = {}
         self._tasks: dict[PartitionKey, PartitionTask] = {}  # what this worker holds
@@ -185,6 +197,8 @@ class WorkerAgent:
         self._wake.set()
 
     def _on_session(self, state: SessionState) -> None:
+        if state is not SessionState.CONNECTED:
+            self._lease.revoke()
         if state is SessionState.LOST:
             # Our registration is gone and the controller is giving our partitions away.
             self._session_lost = True
@@ -199,7 +213,9 @@ class WorkerAgent:
     def _timeout(self) -> float:
         if self._state is WorkerState.DRAINING or self._suspended_since is not None:
             return 0.2
-        return max(0.05, min(self._next_stats - time.monotonic(), self.config.worker.stats_interval_s))
+        # Confirm the lease well within its validity, also when nothing happens.
+        idle = min(self.config.worker.stats_interval_s, self._lease.valid_for_s / 3)
+        return max(0.05, min(self._next_stats - time.monotonic(), idle))
 
     def _step(self) -> None:
         if self._session_lost:
@@ -225,6 +241,7 @@ class WorkerAgent:
             self._leave()
             return
         assignment = self.store.read_assignment()
+        self._lease.confirm()  # read through a live session just now
         self._restart_fenced(assignment)
         self._apply(assignment)
         if self._state is WorkerState.JOINING:
@@ -273,6 +290,7 @@ class WorkerAgent:
             suspended_s,
             len(self._tasks),
         )
+        self._lease.revoke()
         for copier in self._copiers.values():
             copier.abandon()
         self._tasks.clear()

@@ -29,6 +29,7 @@ from strait.offsetmap.store import MapWriter
 from strait.worker.checkpoint import checkpoint_violation, start_offset
 from strait.worker.destination import DestinationError, DestinationTopics
 from strait.worker.fetch import RecordPipeline
+from strait.worker.lease import always
 from strait.worker.pipeline import CATCHUP_SETTINGS, PartitionState, Pipeline, PipelineSettings
 from strait.worker.task import PartitionTask
 
@@ -232,12 +233,14 @@ class Copier:
         checkpoints: CheckpointStore | None = None,
         destinations: DestinationManager | None = None,
         offset_map: MapWriter | None = None,
+        lease: Callable[[], bool] = always,
     ) -> None:
         self.route = route
         self.group_id = group_id
         self.worker_id = worker_id
         self._commit_interval_s = commit_interval_s
         self._offset_map = offset_map
+        self._lease = lease
         self._source_props, self._destination_props = source, destination
         self._catchup_lag_threshold = catchup_lag_threshold
         self._observer = observer
@@ -428,7 +431,9 @@ class Copier:
                 self._advance_move(entry, now)
         if finished:
             self._finish_revokes(finished)
-        if starting:
+        if starting and self._lease():
+            # Starting claims the partition: not while this worker may have lost it unawares
+            # (frozen past its session; see strait.worker.lease). The agent confirms soon.
             self._start_partitions(starting)
         if now >= self._next_commit:
             self._next_commit = now + self._commit_interval_s
@@ -494,7 +499,7 @@ class Copier:
             return
         # Nothing of the partition is in flight: the checkpoint is the exact resume point.
         checkpoint = state.checkpoint
-        entry.target.add(state, state.tracker.position if checkpoint is None else checkpoint)
+        entry.target.add(state, state.tracker.position if checkpoint is None else checkpoint, move=True)
         entry.pipeline, entry.target, entry.released = entry.target, None, None
         entry.phase = "running"
         entry.since = now

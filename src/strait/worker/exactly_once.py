@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
 from strait.config import RouteConfig
 from strait.fencing import transactional_id
+from strait.worker.lease import always
 from strait.worker.transactional import TransactionalPipeline
 from strait.worker.transactional_checkpoints import DestinationCheckpoints, destination_group
 
@@ -18,7 +19,12 @@ def exactly_once_available() -> bool:
 
 
 def exactly_once_parts(
-    route: RouteConfig, *, source: Mapping[str, Any], destination: Mapping[str, Any], worker_id: str
+    route: RouteConfig,
+    *,
+    source: Mapping[str, Any],
+    destination: Mapping[str, Any],
+    worker_id: str,
+    lease: Callable[[], bool] = always,
 ) -> dict[str, Any]:
     """The ``Copier`` keyword arguments of an exactly-once route: transactional pipelines whose
     ids name the route, this worker and the pipeline, and checkpoints read from the destination."""
@@ -31,6 +37,7 @@ def exactly_once_parts(
             checkpoint_group=destination_group(route.name),
             transaction_interval_s=route.transaction_interval_ms / 1000,
             transaction_max_bytes=route.transaction_max_bytes,
+            lease=lease,
         ),
         "checkpoints": DestinationCheckpoints(
             route=route.name,

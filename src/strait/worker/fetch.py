@@ -159,8 +159,12 @@ class RecordPipeline:
         """Start the loop's thread."""
         self._thread.start()
 
-    def add(self, state: PartitionState, offset: int) -> None:
-        """Start copying ``state``'s partition from exactly ``offset``."""
+    def add(self, state: PartitionState, offset: int, *, move: bool = False) -> None:
+        """Start copying ``state``'s partition from exactly ``offset``.
+
+        ``move``: the partition comes from this worker's other pipeline, not from a fresh
+        assignment (an exactly-once pipeline never takes a fenced transactional id back for it).
+        """
         if self._stopping.is_set() or (self._thread.ident is not None and not self._thread.is_alive()):
             state.error = f"pipeline {self.name} is not running"
             return
@@ -168,7 +172,10 @@ class RecordPipeline:
         state.tracker = AckTracker(offset)
         state.pipeline = self.name
         state.rewind_at = None
-        self._commands.put(partial(self._add, state, offset))
+        self._commands.put(partial(self._add_moved if move else self._add, state, offset))
+
+    def _add_moved(self, state: PartitionState, offset: int) -> None:
+        self._add(state, offset)
 
     def release(self, state: PartitionState) -> threading.Event:
         """Stop fetching the partition; the event is set once nothing of it is in flight."""

@@ -181,8 +181,9 @@ class Pipeline(Protocol):
     def start(self) -> None:
         """Start the loop's thread."""
 
-    def add(self, state: PartitionState, offset: int) -> None:
-        """Start copying ``state``'s partition from exactly ``offset``."""
+    def add(self, state: PartitionState, offset: int, *, move: bool = False) -> None:
+        """Start copying ``state``'s partition from exactly ``offset`` (``move``: it comes from
+        this worker's other pipeline, not from a fresh assignment)."""
 
     def release(self, state: PartitionState) -> threading.Event:
         """Stop fetching the partition; the event is set once nothing of it is in flight."""

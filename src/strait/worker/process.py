@@ -15,7 +15,8 @@ from strait.coordination import connect
 from strait.coordination.store import StoreUnavailable
 from strait.metrics.exposition import serve_metrics
 from strait.metrics.worker import WorkerMetrics
-from strait.worker.agent import WorkerAgent, copier_factory
+from strait.worker.agent import LEASE_FRACTION, WorkerAgent, copier_factory
+from strait.worker.lease import Lease
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +48,14 @@ def run_worker(config: StraitConfig, worker_id: str) -> None:
             certfile=str(tls.cert) if tls is not None else None,
             keyfile=str(tls.key) if tls is not None else None,
         )
+    lease = Lease(config.zookeeper.session_timeout_s * LEASE_FRACTION)
     agent = WorkerAgent(
         config=config,
         worker_id=worker_id,
         store=store,
-        make_copier=copier_factory(config, worker_id, metrics),
+        make_copier=copier_factory(config, worker_id, metrics, lease),
         metrics=metrics,
+        lease=lease,
     )
 
     def drain(signum: int, _frame: FrameType | None) -> None:

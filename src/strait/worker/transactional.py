@@ -30,6 +30,7 @@ from strait.worker import provenance
 from strait.worker.checkpoint import AckTracker
 from strait.worker.deadline import CallHung, DeadlineRunner
 from strait.worker.fetch import Key, RecordPipeline
+from strait.worker.lease import always
 from strait.worker.pipeline import (
     ACCESS_DENIED,
     ACCESS_RETRY_S,
@@ -61,8 +62,10 @@ class TransactionalPipeline(RecordPipeline):
         checkpoint_group: str,
         transaction_interval_s: float = 0.1,
         transaction_max_bytes: int = 16 * 1024 * 1024,
+        lease: Callable[[], bool] = always,
         **kwargs: Any,
     ) -> None:
+        self._lease = lease
         self._transactional_id = transactional_id(kwargs["name"])
         self._checkpoint_group = checkpoint_group
         self._interval_s = transaction_interval_s
@@ -137,7 +140,23 @@ class TransactionalPipeline(RecordPipeline):
             # A transactional producer raises its fatal errors (fenced) from poll() as well.
             self._on_transaction_error(exc.args[0], "serving acknowledgements")
 
+    def _add_moved(self, state: PartitionState, offset: int) -> None:
+        if self._fenced is not None:
+            # Only a fresh assignment, read through a live session, may take a fenced id back.
+            # A move between this worker's pipelines is no such thing: a worker frozen past its
+            # session wakes up and moves a partition before it notices that the partition is
+            # someone else's now (the 30-minute chaos run: two writers, a checkpoint 15,000
+            # records behind the data). Stop it; the agent restarts it if it is still ours.
+            self._fail(state, f"fenced: not moved into pipeline {self.name}, fenced earlier ({self._fenced})")
+            return
+        self._add(state, offset)
+
     def _add(self, state: PartitionState, offset: int) -> None:
+        if self._fenced is not None and not self._lease():
+            # Queued before this worker froze past its session, perhaps: the partition may be
+            # someone else's by now. The agent restarts it once it confirmed it is still ours.
+            self._fail(state, f"fenced: not taken back without a confirmed lease ({self._fenced})")
+            return
         if self._fenced is not None:
             # Added again after being fenced: only a fresh assignment does that, so this worker
             # owns the partition again and may take its transactional id back.
