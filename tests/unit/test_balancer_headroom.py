@@ -416,3 +416,34 @@ def test_the_dashboard_summary_counts_moves_waiting_for_room() -> None:
 
     moves = {"a": {"state": "pending", "waiting": "no room yet on broker 1 dir /a"}, "b": {"state": "pending"}}
     assert summarize("e", "running", moves)["waiting_for_room"] == 1
+
+
+class _Store:
+    """The two calls `executor.start` makes of the state store."""
+
+    def __init__(self) -> None:
+        self.saved: dict[str, object] = {}
+
+    def current(self) -> None:
+        return None
+
+    def start(self, execution_id: str, plan: dict[str, object], options: dict[str, object]) -> None:
+        self.saved = plan
+
+
+def test_start_records_the_capacities_held_while_moves_run_with_the_plan() -> None:
+    from strait.balancer import executor
+
+    model = ClusterModel.build(
+        [Broker(1)],
+        [LogDir(1, "/a", 100, 80, configured=True), LogDir(1, "/b", 7_000, 40, 7_000, 6_000)],
+        [Partition("out", 0, (1,), ("/a",), 40), Partition("keep", 0, (1,), ("/a",), 40)],
+    )
+    sim = DiskSim(model, {}, random.Random(1), 5)
+    sim.load_model = lambda: model  # type: ignore[method-assign]
+    plan = Plan(operation="x", moves=(IntraBrokerMove("out", 0, 1, "/a", "/b", 40),), capacities={"1:/a": 500})
+    store = _Store()
+    run = executor.start(sim, store, plan, Options())  # type: ignore[arg-type]
+    recorded = Plan.from_dict(store.saved)
+    assert recorded.capacities == {"1:/a": 100, "1:/b": 7_000}  # configured now, then reported
+    assert run.keeper.limits == {(1, "/a"): 90, (1, "/b"): 6_300}
