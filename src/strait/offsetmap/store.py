@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 MAP_PARTITIONS = 1  # runs of one source partition stay in order; the map is small
 ADMIN_TIMEOUT_S = 15.0
+ENSURE_RETRY_S = 30.0
 
 
 class MapWriter:
@@ -37,6 +38,7 @@ class MapWriter:
         self.bytes = 0
         self._destination = destination
         self._ready = False
+        self._next_ensure = 0.0
         self._producer = clients.producer(
             destination,
             **{"client.id": f"{client_id}-offsetmap", "enable.idempotence": True, "linger.ms": 50},
@@ -48,7 +50,9 @@ class MapWriter:
         self._producer.poll(0)
         if not pending:
             return
-        if not self._ready:
+        if not self._ready and time.monotonic() >= self._next_ensure:
+            # Not on every commit while the topic cannot be created (no ACL for it, say).
+            self._next_ensure = time.monotonic() + ENSURE_RETRY_S
             self._ready = ensure_map_topic(self._destination, self.topic)
         for topic, partition, destination_topic, run in pending:
             key, value = encode(MapEntry(topic, partition, destination_topic, run))
