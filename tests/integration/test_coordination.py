@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 
@@ -92,6 +93,22 @@ def test_worker_ids_are_exclusive_and_deregistration_is_remembered(stores: list[
     b.register_worker(WorkerRecord(id="w1", state=WorkerState.JOINING))
     b.close()
     assert wait_until(lambda: a.snapshot().workers["w1"].state is WorkerState.DEAD, 10)
+
+
+def test_a_workers_pool_is_registered_and_a_gone_worker_can_be_forgotten(stores: list[CoordinationStore]) -> None:
+    a, b = stores
+    a.register_worker(WorkerRecord(id="v1", state=WorkerState.ACTIVE, pool="vip"))
+    a.register_worker(WorkerRecord(id="d1", state=WorkerState.ACTIVE))
+    workers = b.snapshot().workers
+    assert (workers["v1"].pool, workers["d1"].pool) == ("vip", "default")
+    before = time.time()
+    a.deregister_worker(WorkerRecord(id="v1", state=WorkerState.LEFT, pool="vip"))
+    gone = b.snapshot().workers["v1"]
+    assert not gone.live and gone.state is WorkerState.LEFT and gone.pool == "vip"
+    assert gone.gone_since is not None and before - 1 <= gone.gone_since <= time.time() + 1
+    b.forget_worker("d1")  # live: kept
+    b.forget_worker("v1")
+    assert set(b.snapshot().workers) == {"d1"}
 
 
 def test_leadership_stops_as_soon_as_the_connection_is_in_doubt(sandbox: Sandbox, root: str) -> None:

@@ -105,6 +105,11 @@ def run(
         survivors = {w: p for w, p in fleet.workers.items() if w != dead}
         death = _step(fleet, survivors, current)
         owned_by_dead = sum(1 for w in current.values() if w == dead)
+        # Partitions of the dead worker that may only run in its pool: they may push its pool-mates
+        # above other pools' workers, and as many others at most may then leave to level it.
+        pinned = sum(
+            1 for k, w in current.items() if w == dead and fleet.pools_of(k) == frozenset({fleet.workers[dead]})
+        )
         moved_others = sum(1 for k, w in death["owners"].items() if w != current.get(k) and current.get(k) != dead)
         new = f"joiner-{repeat}"
         pool = fleet.workers[dead]
@@ -120,6 +125,7 @@ def run(
             "death_check_s": death["check_s"],
             "death_moved": death["moved"],
             "dead_owned": owned_by_dead,
+            "dead_pinned": pinned,
             "death_moved_others": moved_others,
             "join_assign_s": join["assign_s"],
             "join_assign_cpu_s": join["assign_cpu_s"],
