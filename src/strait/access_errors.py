@@ -115,12 +115,13 @@ def on_client_error(props: Mapping[str, Any], error: KafkaError) -> None:
         log.error("%s", message)
 
 
-def recent_refusal(props: Mapping[str, Any]) -> str | None:
-    """The last connection refusal of this cluster, if it is recent."""
+def recent_refusal(props: Mapping[str, Any], since: float | None = None) -> str | None:
+    """The last connection refusal of this cluster, if it is recent (and, with ``since``, came
+    at or after that ``time.monotonic()`` moment)."""
     bootstrap = str(props.get("bootstrap.servers", "?"))
     with _lock:
         entry = _refusals.get(bootstrap)
-    if entry is None or time.monotonic() - entry[0] > RECENT_S:
+    if entry is None or time.monotonic() - entry[0] > RECENT_S or (since is not None and entry[0] < since):
         return None
     return entry[1]
 

@@ -8,13 +8,15 @@ back at the end. Each cluster is balanced through the CLI a person would use
 an `${env:}` reference): a plan between the broker's disks, a throttled detached execution
 cancelled mid-copy (nothing left behind: no future replica, no throttle, no record lost), then
 the same plan run to the end. The state topic `__strait_balance` is created, written and read
-by `strait` alone.
+by `strait` alone. A wrong password, a missing client certificate and a user without ACLs are
+each named (cluster, principal, cause) within seconds.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -36,6 +38,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     NewTopic,
     ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
 )
 
 from strait import clients
@@ -304,3 +309,47 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def _config_with(path: Path, secure_sandbox: Sandbox, **clusters: Mapping[str, Any]) -> Path:
+    """A configuration whose clusters are ``clusters`` (the other one as in the sandbox)."""
+    props: dict[str, Any] = {name: state.props() for name, state in secure_sandbox.clusters.items()}
+    props.update(clusters)
+    path.write_text(
+        yaml.safe_dump({"clusters": props, "routes": [{"name": "r", "source": "src", "destination": "dst"}]})
+    )
+    return path
+
+
+def test_refusals_are_named_within_seconds(secure_sandbox: Sandbox, tmp_path: Path) -> None:
+    src, dst = secure_sandbox.clusters["src"].props(), secure_sandbox.clusters["dst"].props()
+    nobody_password = secrets.token_urlsafe(16)
+    admin = clients.admin(secure_sandbox.clusters["src"].admin_props())
+    upsert = UserScramCredentialUpsertion(
+        "nobody", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), nobody_password.encode()
+    )
+    admin.alter_user_scram_credentials([upsert])["nobody"].result(timeout=30)
+    cases = [
+        ("src", {**src, "sasl.password": "wrong-" + src["sasl.password"]}, ["User:strait", "authentication failed"]),
+        (
+            "dst",
+            {k: v for k, v in dst.items() if k not in ("ssl.certificate.location", "ssl.key.location")},
+            ["TLS failed", "certificate"],
+        ),
+        (
+            "src",
+            {**src, "sasl.username": "nobody", "sasl.password": nobody_password},
+            ["User:nobody", "CLUSTER_AUTHORIZATION_FAILED"],
+        ),
+    ]
+    for index, (cluster, props, expected) in enumerate(cases):
+        config = _config_with(tmp_path / f"case-{index}.yaml", secure_sandbox, **{cluster: props})
+        started = time.monotonic()
+        result = _cli(config, cluster, "plan", "--capacity", "*=1GB", "--json", timeout=120)
+        seconds = time.monotonic() - started
+        said = " ".join(result.stderr.split())  # rich wraps long lines
+        assert result.returncode == 2, (result.stdout, result.stderr)
+        assert f"cluster {cluster} (" in said and all(e in said for e in expected), said
+        assert "Traceback" not in result.stderr
+        assert src["sasl.password"] not in result.stderr + result.stdout
+        assert seconds < 60, f"{seconds:.0f}s: an answer, not a timeout"

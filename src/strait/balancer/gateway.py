@@ -9,18 +9,93 @@ fake gateway in unit tests and by a real cluster in integration tests.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from strait import clients
+from strait import access_errors, clients
 from strait.balancer.capacity import Capacities
 from strait.balancer.errors import ClusterError
 from strait.balancer.model import Broker, ClusterModel, LogDir, Partition, PartitionKey
+from strait.secrets import redact
 
 ReplicaKey = tuple[str, int, int]  # topic, partition, broker
 _UNKNOWN_TOPIC = 3
 _LEADER_NOT_AVAILABLE = 5
+# How long the first contact may take before the cluster counts as unreachable.
+PROBE_TIMEOUT_S = 15.0
+# kafka-python's authorization errors -> what they refuse, as strait.access_errors says it.
+_REFUSED = {
+    "ClusterAuthorizationFailedError": "cluster",
+    "TopicAuthorizationFailedError": "topic",
+    "GroupAuthorizationFailedError": "consumer group",
+    "TransactionalIdAuthorizationFailedError": "transactional id",
+}
+
+
+def probe(props: Mapping[str, Any], timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Reach the cluster with librdkafka before kafka-python does.
+
+    kafka-python meets a wrong password, an untrusted certificate or a missing client
+    certificate with "Unable to bootstrap" after 30 s; librdkafka reports the refusal itself at
+    once (`strait.access_errors`), so the error can name the cluster, the principal and the cause.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+
+    started = time.monotonic()
+    dropped: list[str] = []
+
+    def on_error(error: KafkaError) -> None:
+        access_errors.on_client_error(props, error)
+        # A broker that requires a client certificate drops a handshake without one: librdkafka
+        # calls that a transport failure, whose text names the certificate.
+        if error.code() == KafkaError._TRANSPORT and "certificate" in error.str():
+            dropped.append(error.str())
+
+    # Log level 0: the refusal is said once, by the error raised below.
+    admin = clients.admin(props, log_level=0, error_cb=on_error)
+    while True:
+        try:
+            admin.list_topics(timeout=1.0)
+            return
+        except KafkaException as exc:
+            refused = access_errors.recent_refusal(props, since=started)
+            if refused is None and dropped:
+                who = f"{access_errors.cluster_label(props)} refused {access_errors.principal(props)}"
+                refused = redact(f"{who}: TLS failed: {dropped[-1]}")
+            if refused is not None or time.monotonic() - started > timeout_s:
+                raise ClusterError(
+                    refused or f"cannot reach {access_errors.cluster_label(props)}: {exc.args[0].str()}"
+                ) from exc
+
+
+class _Refusals:
+    """kafka-python's admin client, whose ACL refusals name the cluster, the principal and the call."""
+
+    def __init__(self, admin: Any, props: Mapping[str, Any]) -> None:
+        self._admin = admin
+        self._props = props
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._admin, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except Exception as exc:
+                kind = _REFUSED.get(type(exc).__name__)
+                if kind is None:
+                    raise
+                code = getattr(exc, "message", type(exc).__name__)
+                raise ClusterError(
+                    f"{access_errors.cluster_label(self._props)} refused {access_errors.principal(self._props)}: "
+                    f"no ACL allows {name} on the {kind} ({code}); the balancer role's ACLs are in the README"
+                ) from exc
+
+        return call
 
 
 @dataclass(frozen=True)
@@ -84,11 +159,15 @@ class KafkaGateway:
         self.props = dict(props)
         self.capacities = Capacities.of(capacities)
         try:
-            self._admin = clients.legacy_admin(self.props, client_id="strait-balancer")
+            clients.kafka_python_options(self.props)  # refuses what kafka-python cannot honour, before any I/O
         except (clients.UnsupportedProperty, OSError) as exc:  # a setting, or a TLS file it names
-            raise ClusterError(f"cannot use the properties of {self.props.get('bootstrap.servers')}: {exc}") from exc
+            where = access_errors.cluster_label(self.props)
+            raise ClusterError(f"cannot use the properties of {where}: {exc}") from exc
+        probe(self.props)
+        try:
+            self._admin = _Refusals(clients.legacy_admin(self.props, client_id="strait-balancer"), self.props)
         except Exception as exc:
-            raise ClusterError(f"cannot reach Kafka at {self.props.get('bootstrap.servers')}: {exc}") from exc
+            raise ClusterError(f"cannot reach {access_errors.cluster_label(self.props)}: {exc}") from exc
 
     def close(self) -> None:
         self._admin.close()
@@ -129,9 +208,22 @@ class KafkaGateway:
     def _log_dirs(self, brokers: Iterable[int], topics: Iterable[str] | None) -> list[dict[str, Any]]:
         spec = None if topics is None else sorted(set(topics))
         try:
-            return list(self._admin.describe_log_dirs(topic_partitions=spec, brokers=sorted(set(brokers))))
+            entries = list(self._admin.describe_log_dirs(topic_partitions=spec, brokers=sorted(set(brokers))))
+        except ClusterError:
+            raise
         except Exception as exc:
             raise ClusterError(f"DescribeLogDirs failed: {exc}") from exc
+        # Every broker has a log dir; one answering none is how DescribeLogDirs says "not
+        # authorized" (kafka-python drops the response's error code), not an empty broker.
+        silent = sorted(int(e["broker"]) for e in entries if not e.get("log_dirs"))
+        if silent:
+            raise ClusterError(
+                f"{access_errors.cluster_label(self.props)} refused {access_errors.principal(self.props)}: "
+                f"broker(s) {', '.join(map(str, silent))} described no log dirs, which is DescribeLogDirs' "
+                "answer without DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED); "
+                "the balancer role's ACLs are in the README"
+            )
+        return entries
 
     def replica_dirs(self, brokers: Iterable[int], topics: Iterable[str]) -> dict[ReplicaKey, ReplicaDirs]:
         found: dict[ReplicaKey, ReplicaDirs] = {}

@@ -11,6 +11,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from strait import access_errors
 from strait.balancer import executor as execution
 from strait.balancer.capacity import Capacities
 from strait.balancer.errors import BalanceError
@@ -87,6 +88,7 @@ def target(
         from strait.config import load_config
 
         loaded = load_config(config)
+        access_errors.name_clusters(loaded.clusters)  # errors say "cluster src", not a broker list
         if cluster not in loaded.clusters:
             raise CliError(f"cluster {cluster!r} is not in {config} (clusters: {', '.join(sorted(loaded.clusters))})")
         props = {"bootstrap.servers": bootstrap} if bootstrap else dict(loaded.clusters[cluster])
