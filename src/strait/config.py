@@ -57,6 +57,26 @@ class ZookeeperConfig(_Model):
         return value
 
 
+class GroupSyncConfig(_Model):
+    """Continuous consumer-group offset sync of a route (see strait.controller.groupsync)."""
+
+    # Source consumer groups whose names match (re.fullmatch) an include and no exclude pattern;
+    # Strait's own groups are never synced.
+    include: list[str] = Field(default_factory=lambda: [".*"])
+    exclude: list[str] = Field(default_factory=list)
+    interval_s: float = Field(default=5.0, gt=0, le=3600)
+
+    @field_validator("include", "exclude")
+    @classmethod
+    def _valid_patterns(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
+        return patterns
+
+
 class RouteConfig(_Model):
     """Copy topics from one cluster to another."""
 
@@ -80,6 +100,9 @@ class RouteConfig(_Model):
     # The worker pools this route's partitions may run on (`worker.pool`); None: every pool.
     # With no live worker in any of them, the route waits (reported), never borrows another pool.
     pools: list[str] | None = Field(default=None, min_length=1)
+    # The leader translates matching source groups' committed offsets through the offset map and
+    # commits them to the same groups on the destination while they have no members there.
+    groups: GroupSyncConfig | None = None
 
     @field_validator("name")
     @classmethod
@@ -105,6 +128,12 @@ class RouteConfig(_Model):
             except re.error as exc:
                 raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
         return patterns
+
+    @model_validator(mode="after")
+    def _groups_need_the_map(self) -> RouteConfig:
+        if self.groups is not None and not self.offset_map:
+            raise ValueError("groups: consumer-group sync translates through the offset map; set offset_map: true")
+        return self
 
     def matches(self, topic: str) -> bool:
         """Whether a source topic is picked up by this route's patterns."""

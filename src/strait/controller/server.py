@@ -12,6 +12,7 @@ import uvicorn
 from strait.access_errors import name_clusters
 from strait.config import StraitConfig
 from strait.controller.discovery import SourceMetadata
+from strait.controller.groupsync import GroupSync
 from strait.controller.loop import Controller
 from strait.controller.service import ControllerService
 from strait.coordination import connect
@@ -79,8 +80,18 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
     loop.start()
     sampler = threading.Thread(target=observatory.run, name="observatory", daemon=True)
     sampler.start()
+    # Consumer-group offset sync (routes with `groups:`): its own thread, only while leading.
+    group_sync = GroupSync(config, leading=lambda: controller.leading) if any(r.groups for r in config.routes) else None
+    syncer = threading.Thread(target=group_sync.run, name="group-sync", daemon=True) if group_sync else None
+    if syncer is not None:
+        syncer.start()
     app = create_app(service, api_token=config.controller.api_token)
-    mount_observability(app, observatory, metrics_token=config.observability.metrics_token)
+    mount_observability(
+        app,
+        observatory,
+        metrics_token=config.observability.metrics_token,
+        group_sync=group_sync.view if group_sync is not None else None,
+    )
     log.info("controller %s: API on %s", identity.id, identity.api_url)
     tls = config.controller.tls
     try:
@@ -95,6 +106,8 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
     finally:
         observatory.stop()
         controller.stop()
+        if group_sync is not None:
+            group_sync.stop()
         loop.join(timeout=10)
         sampler.join(timeout=10)
         probe.close()

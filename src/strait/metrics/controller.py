@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -15,10 +15,57 @@ from strait.metrics.observatory import Observatory
 PARTITION_LABELS = ["route", "topic", "partition"]
 
 
-def controller_registry(observatory: Observatory) -> CollectorRegistry:
+def controller_registry(
+    observatory: Observatory, group_sync: Callable[[], dict[str, Any]] | None = None
+) -> CollectorRegistry:
+    """``group_sync``: the consumer-group sync's view (strait.controller.groupsync.GroupSync.view)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_ControllerCollector(observatory))
+    if group_sync is not None:
+        registry.register(_GroupSyncCollector(group_sync))
     return registry
+
+
+class _GroupSyncCollector(Collector):
+    """Consumer-group offset sync (routes with `groups:`), as the leader's sync thread sees it."""
+
+    def __init__(self, view: Callable[[], dict[str, Any]]) -> None:
+        self._view = view
+
+    def collect(self) -> Iterator[Any]:
+        synced = GaugeMetricFamily(
+            "strait_groups_synced",
+            "Source consumer groups whose translated offsets are in sync on the destination, per route.",
+            labels=["route"],
+        )
+        active = GaugeMetricFamily(
+            "strait_group_sync_active",
+            "1 while a matching group has members on the destination, so its offsets are left alone.",
+            labels=["route", "group"],
+        )
+        age = GaugeMetricFamily(
+            "strait_group_translation_age_seconds",
+            "Seconds since a group's offsets were last translated and in sync on the destination.",
+            labels=["route", "group"],
+        )
+        written = CounterMetricFamily(
+            "strait_group_sync_offsets_written",
+            "Partition offsets committed to destination groups by the sync.",
+            labels=["route"],
+        )
+        errors = CounterMetricFamily(
+            "strait_group_sync_errors", "Sync rounds that failed (cluster unreachable, ...).", labels=["route"]
+        )
+        for route, state in sorted(self._view().items()):
+            groups = state["groups"]
+            synced.add_metric([route], sum(1 for g in groups if g["synced"] and not g["active"]))
+            written.add_metric([route], sum(g["written"] for g in groups))
+            errors.add_metric([route], state["errors"])
+            for group in groups:
+                active.add_metric([route, group["group"]], 1.0 if group["active"] else 0.0)
+                if group["age_s"] is not None:
+                    age.add_metric([route, group["group"]], group["age_s"])
+        yield from (synced, active, age, written, errors)
 
 
 class _ControllerCollector(Collector):

@@ -19,7 +19,7 @@ from confluent_kafka import ConsumerGroupState, KafkaException, TopicPartition
 
 from strait import clients
 from strait.config import RouteConfig, StraitConfig
-from strait.offsetmap.store import read_map
+from strait.offsetmap.store import PartitionMap, read_map
 from strait.offsetmap.translate import translate
 
 log = logging.getLogger(__name__)
@@ -86,8 +86,21 @@ def plan(config: StraitConfig, route_name: str, group: str) -> list[PartitionFai
         )
     targets = [TopicPartition(runs[k].destination_topic, k[1]) for k in present]
     before = dict(zip(present, _committed(destination, group, targets), strict=True))
+    return translate_group(runs, present, before)
+
+
+def translate_group(
+    runs: Mapping[tuple[str, int], PartitionMap],
+    source_committed: Mapping[tuple[str, int], int],
+    destination_committed: Mapping[tuple[str, int], int | None],
+) -> list[PartitionFailover]:
+    """Pure: the translation of a group's committed source offsets (keyed by source topic and
+    partition) through the merged map, next to what the group holds on the destination (keyed
+    the same way). Partitions the map does not know are left out."""
     result = []
-    for key, offset in present.items():
+    for key, offset in sorted(source_committed.items()):
+        if key not in runs:
+            continue
         translation = translate(runs[key].runs, offset)
         result.append(
             PartitionFailover(
@@ -96,7 +109,7 @@ def plan(config: StraitConfig, route_name: str, group: str) -> list[PartitionFai
                 destination_topic=runs[key].destination_topic,
                 source_committed=offset,
                 destination_offset=translation.destination,
-                destination_before=before[key],
+                destination_before=destination_committed.get(key),
                 not_replicated=translation.not_replicated,
                 exact=translation.exact,
                 reason=translation.reason,
@@ -112,12 +125,23 @@ def apply(config: StraitConfig, route_name: str, group: str, partitions: list[Pa
     """
     route = _route(config, route_name)
     destination = config.clusters[route.destination]
-    members = _members(destination, group)
-    if members:
+    members_now = members(destination, group)
+    if members_now:
         raise GroupActive(
-            f"group {group!r} has {members} active member(s) on cluster {route.destination!r}: "
+            f"group {group!r} has {members_now} active member(s) on cluster {route.destination!r}: "
             "stop its consumers there first (failover would race them)"
         )
+    written = commit(destination, group, partitions, cluster=route.destination)
+    if written:
+        log.info("group %s failed over to cluster %s: %d partition(s)", group, route.destination, written)
+    return written
+
+
+def commit(props: Mapping[str, Any], group: str, partitions: list[PartitionFailover], *, cluster: str) -> int:
+    """Commit, for ``group`` on a cluster, the partitions that move forward; returns how many.
+
+    The caller checks first that the group has no members there. Raises FailoverError.
+    """
     offsets = [
         TopicPartition(p.destination_topic, p.partition, p.destination_offset)
         for p in partitions
@@ -125,20 +149,19 @@ def apply(config: StraitConfig, route_name: str, group: str, partitions: list[Pa
     ]
     if not offsets:
         return 0
-    committer = clients.consumer(destination, **{"group.id": group, "enable.auto.commit": False})
+    committer = clients.consumer(props, **{"group.id": group, "enable.auto.commit": False})
     try:
         results = committer.commit(offsets=offsets, asynchronous=False) or []
     except KafkaException as exc:
-        raise FailoverError(f"committing group {group!r} on cluster {route.destination!r} failed: {exc}") from exc
+        raise FailoverError(f"committing group {group!r} on cluster {cluster!r} failed: {exc}") from exc
     finally:
         committer.close()
     failed = [tp for tp in results if tp.error is not None]
     if failed:
         raise FailoverError(
-            f"committing group {group!r} on cluster {route.destination!r} failed for "
+            f"committing group {group!r} on cluster {cluster!r} failed for "
             f"{failed[0].topic}/{failed[0].partition}: {failed[0].error}"
         )
-    log.info("group %s failed over to cluster %s: %d partition(s)", group, route.destination, len(offsets))
     return len(offsets)
 
 
@@ -161,7 +184,8 @@ def _committed(props: Mapping[str, Any], group: str, tps: list[TopicPartition]) 
     return [tp.offset if tp.error is None and tp.offset >= 0 else None for tp in listed]
 
 
-def _members(props: Mapping[str, Any], group: str) -> int:
+def members(props: Mapping[str, Any], group: str) -> int:
+    """How many members ``group`` has on a cluster (at least 1 unless it is empty or unknown)."""
     admin = clients.admin(props)
     future = admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group]
     try:

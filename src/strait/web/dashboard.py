@@ -12,6 +12,7 @@ registry (`scripts/vendor_ui.sh`), never committed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,19 +29,29 @@ from strait.metrics.observatory import Observatory
 STATIC = Path(__file__).parent / "static"
 
 
-def mount_observability(app: FastAPI, observatory: Observatory, *, metrics_token: str | None = None) -> None:
+def mount_observability(
+    app: FastAPI,
+    observatory: Observatory,
+    *,
+    metrics_token: str | None = None,
+    group_sync: Callable[[], dict[str, Any]] | None = None,
+) -> None:
     """Add the observability endpoints and the dashboard to the controller's API.
 
     With ``metrics_token``, `/metrics` and `/metrics/targets` (what Prometheus reads) need
     `Authorization: Bearer <metrics_token>`, compared in constant time, like the workers' `/metrics`.
     """
-    app.include_router(_router(observatory, metrics_token))
+    app.include_router(_router(observatory, metrics_token, group_sync))
     app.mount("/ui/static", StaticFiles(directory=STATIC, check_dir=False), name="ui-static")
 
 
-def _router(observatory: Observatory, metrics_token: str | None = None) -> APIRouter:
+def _router(
+    observatory: Observatory,
+    metrics_token: str | None = None,
+    group_sync: Callable[[], dict[str, Any]] | None = None,
+) -> APIRouter:
     router = APIRouter()
-    registry = controller_registry(observatory)
+    registry = controller_registry(observatory, group_sync)
 
     def scraper(request: Request) -> None:
         if not bearer_ok(request.headers.get("authorization"), metrics_token):
