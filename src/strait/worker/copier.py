@@ -474,6 +474,12 @@ class Copier:
         with self._lock:
             for entry in finished:
                 task = entry.state.task
+                log.info(
+                    "%s %s at checkpoint %s",
+                    "abandoned" if entry.abandoned else "released",
+                    task,
+                    entry.state.committed,
+                )
                 if self._entries.get(task) is entry:
                     del self._entries[task]
                 if entry.state.failed:
@@ -593,6 +599,14 @@ class Copier:
                 entry.pipeline = pipeline
                 entry.since = time.monotonic()
                 entry.start_error = None
+            log.info(
+                "starting %s in the %s pipeline at offset %d (checkpoint %s, source end %d)",
+                state.task,
+                pipeline.name,
+                start,
+                committed,
+                end,
+            )
             pipeline.add(state, start)
         # A start resolved from "latest" must survive this worker: a later owner resolving
         # "latest" again would skip every record produced in between.
