@@ -106,7 +106,8 @@ def read_map(
     consumer = clients.consumer(
         destination,
         **{
-            "group.id": f"strait-offsetmap-reader-{route}",
+            # Never joins or commits; under the strait. prefix the destination role already grants.
+            "group.id": f"strait.offsetmap-reader.{route}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
         },
