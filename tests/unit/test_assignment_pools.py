@@ -212,3 +212,21 @@ def test_pools_level_where_a_route_may_use_both() -> None:
     assert sorted(Counter(owners.values()).values()) == [10, 10, 10]
     lopsided = {k: ("a" if k.partition < 15 else "b") for k in partitions}
     assert any("not level" in p for p in pool_violations(partitions, workers, {}, lopsided))
+
+
+def test_the_checker_catches_a_borrowed_pool_a_needless_move_and_a_missing_owner() -> None:
+    gold = PartitionKey("gold", "orders", 0)
+    bulk = {PartitionKey("bulk", "logs", p) for p in range(4)}
+    routes = {"gold": frozenset({"vip"}), "bulk": None}
+    workers = {"a": "default", "b": "default"}
+
+    def pools_of(key: PartitionKey) -> frozenset[str] | None:
+        return routes[key.route]
+
+    current = {k: ("a" if k.partition < 2 else "b") for k in bulk}
+    borrowed = {**current, gold: "a"}  # no vip worker: gold must wait, not run on a
+    assert any("without a live pool" in p for p in pool_violations({gold, *bulk}, workers, current, borrowed, pools_of))
+    swapped = {k: ("b" if w == "a" else "a") for k, w in current.items()}
+    assert any("moved 4" in p for p in pool_violations(bulk, workers, current, swapped, pools_of))
+    partial = {k: w for k, w in current.items() if k.partition}
+    assert any("no owner" in p for p in pool_violations(bulk, workers, current, partial, pools_of))

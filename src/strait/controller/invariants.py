@@ -70,35 +70,52 @@ def pool_violations(
     worker, only to a worker of one of its pools; each pool's workers are within one of the
     pool's fair share; no worker of one pool holds two or more partitions more than a worker of
     another pool that one of its partitions may use; and inside a pool no more partitions moved
-    than the pool's balance needs.
+    than the pool's balance needs. One pass over the partitions (the controller runs it on every
+    cycle).
     """
     problems: list[str] = []
-    live_pools = set(workers.values())
+    live_pools = frozenset(workers.values())
     members: dict[str, list[str]] = {}
     for worker, pool in workers.items():
         members.setdefault(pool, []).append(worker)
-
-    cache: dict[frozenset[str] | None, frozenset[str]] = {}
-
-    def eligible(key: K) -> frozenset[str]:
+    classes: dict[frozenset[str] | None, frozenset[str]] = {}
+    missing: list[K] = []
+    stranded: list[K] = []
+    outside: list[K] = []
+    dead: set[str] = set()
+    by_pool: dict[str, set[K]] = {pool: set() for pool in members}
+    # Per pool, each class (the live pools a partition may use) found in it, with an example.
+    found: dict[str, dict[frozenset[str], K]] = {pool: {} for pool in members}
+    for key in partitions:
         allowed = pools_of(key)
-        if allowed not in cache:
-            cache[allowed] = frozenset(live_pools if allowed is None else live_pools & set(allowed))
-        return cache[allowed]
-
-    missing = [k for k in partitions if k not in result and eligible(k)]
+        usable = classes.get(allowed)
+        if usable is None:
+            usable = classes[allowed] = live_pools if allowed is None else live_pools & allowed
+        owner = result.get(key)
+        if owner is None:
+            if usable:
+                missing.append(key)
+            continue
+        if not usable:
+            stranded.append(key)
+        owner_pool = workers.get(owner)
+        if owner_pool is None:
+            dead.add(owner)
+            continue
+        if owner_pool not in usable:
+            outside.append(key)
+        by_pool[owner_pool].add(key)
+        found[owner_pool].setdefault(usable, key)
     if missing:
         problems.append(f"{len(missing)} partitions have no owner, e.g. {missing[0]!r}")
-    stranded = [k for k in partitions if k in result and not eligible(k)]
     if stranded:
         problems.append(f"{len(stranded)} partitions without a live pool were assigned, e.g. {stranded[0]!r}")
-    extra = [k for k in result if k not in partitions]
+    known = partitions if isinstance(partitions, set | frozenset | dict) else set(partitions)
+    extra = [k for k in result if k not in known]
     if extra:
         problems.append(f"{len(extra)} unknown partitions assigned, e.g. {extra[0]!r}")
-    dead = sorted({w for w in result.values() if w not in workers})
     if dead:
-        problems.append(f"partitions assigned to workers that are not live: {dead}")
-    outside = [k for k, w in result.items() if w in workers and k in partitions and workers[w] not in eligible(k)]
+        problems.append(f"partitions assigned to workers that are not live: {sorted(dead)}")
     if outside:
         key = outside[0]
         problems.append(
@@ -106,10 +123,6 @@ def pool_violations(
             f"(pool {workers[result[key]]}, allowed {sorted(pools_of(key) or ['any'])})"
         )
     counts = Counter(result.values())
-    by_pool: dict[str, list[K]] = {pool: [] for pool in members}
-    for key, worker in result.items():
-        if worker in workers and key in partitions:
-            by_pool[workers[worker]].append(key)
     for pool, pool_workers in sorted(members.items()):
         quota = Quota.of(len(by_pool[pool]), len(pool_workers))
         unfair = {w: counts.get(w, 0) for w in pool_workers if not quota.floor <= counts.get(w, 0) <= quota.ceil}
@@ -118,15 +131,15 @@ def pool_violations(
         mates = set(pool_workers)
         kept = {k: w for k in by_pool[pool] if (w := current.get(k)) in mates}
         moved = sum(1 for k, w in kept.items() if result[k] != w)
-        needed = minimal_moves(set(by_pool[pool]), pool_workers, kept)
+        needed = minimal_moves(by_pool[pool], pool_workers, kept)
         if moved > needed:
             problems.append(f"pool {pool}: moved {moved} partitions where {needed} would do")
     most = {p: max(counts.get(w, 0) for w in ws) for p, ws in members.items()}
     least = {p: min(counts.get(w, 0) for w in ws) for p, ws in members.items()}
-    for pool, keys in sorted(by_pool.items()):
+    for pool in sorted(found):
         example: dict[str, K] = {}
-        for key in keys:
-            for other in eligible(key) - {pool}:
+        for usable, key in found[pool].items():
+            for other in usable - {pool}:
                 example.setdefault(other, key)
         for other, key in sorted(example.items()):
             if most[pool] - least[other] >= 2:
