@@ -24,18 +24,23 @@ class Goals:
     leaders: also even out preferred leaders (reorders replica lists; copies no data).
     max_candidates: how many of the emptiest disks are tried as destinations per step; bounds
         planning time on large clusters.
+    traffic_threshold: with traffic measured, the allowed max-min spread of each broker load
+        (net in, net out, leader bytes in) as a fraction of its mean (`strait.balancer.loads`).
     """
 
     threshold: float = 0.10
     capacity_limit: float = 0.90
     leaders: bool = True
     max_candidates: int = 24
+    traffic_threshold: float = 0.10
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be within [0, 1], got {self.threshold}")
         if not 0.0 < self.capacity_limit <= 1.0:
             raise ValueError(f"capacity_limit must be within (0, 1], got {self.capacity_limit}")
+        if self.traffic_threshold < 0:
+            raise ValueError(f"traffic_threshold must be at least 0, got {self.traffic_threshold}")
         if self.max_candidates < 1:
             raise ValueError(f"max_candidates must be at least 1, got {self.max_candidates}")
 

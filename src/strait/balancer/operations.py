@@ -3,33 +3,80 @@
 Those that balance by usage ratio (rebalance, drain, fill) first refuse a model whose brokers
 cannot size their disks (dirs sharing one filesystem without configured capacities);
 fix-racks and leaders do not need sizes and always plan.
+
+With `traffic` (rates measured by `strait.balancer.sampler`) and disk `classes`, the phases run in
+this order of priority, each keeping what the ones before it achieved:
+
+1. drain: replicas leave the brokers being emptied;
+2. racks: no two replicas of a partition under one rack switch;
+3. capacity: no disk past the capacity limit (held by every phase, for every step);
+4. disks: the usage spread within `threshold` (moves that would push a broker's traffic out of
+   its band are not taken);
+5. network in: replicas move from the broker taking in most bytes/s to those taking in least,
+   within the disk spread;
+6. leaders: preferred-leader counts, then leader bytes in (net out follows), by reordering
+   replica lists;
+7. tiers: each broker's hottest replicas on its SSD dirs, cold ones on HDD (intra-broker moves).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
 
+from strait.balancer import leaders as leader_phases
 from strait.balancer import planner
 from strait.balancer.capacity import require_capacities
 from strait.balancer.goals import Goals, eligible_dirs, min_bytes_to_move, spread
+from strait.balancer.loads import attach, balance_net_in
 from strait.balancer.model import ClusterModel
 from strait.balancer.plan import Plan, apply, diff, disk_key
+from strait.balancer.tiers import DiskClasses, place_tiers
+from strait.balancer.traffic import Traffic
+from strait.balancer.traffic import spreads as traffic_spreads
 
 
-def rebalance(model: ClusterModel, goals: Goals | None = None) -> Plan:
-    """Fix rack violations, then spread usage over all disks, then even out leaders."""
+def rebalance(
+    model: ClusterModel,
+    goals: Goals | None = None,
+    traffic: Traffic | None = None,
+    classes: DiskClasses | None = None,
+) -> Plan:
+    """Fix rack violations, spread usage over all disks, then traffic, leaders and tiers."""
     goals = goals or Goals()
     require_capacities(model)
     ws = planner.Workspace(model, goals)
+    attach(ws, traffic)
     warnings: list[str] = []
     planner.fix_racks(ws, warnings)
     planner.spread_disks(ws, warnings)
+    return _traffic_and_tiers("rebalance", model, goals, ws, warnings, traffic, classes)
+
+
+def _traffic_and_tiers(
+    operation: str,
+    model: ClusterModel,
+    goals: Goals,
+    ws: planner.Workspace,
+    warnings: list[str],
+    traffic: Traffic | None,
+    classes: DiskClasses | None,
+) -> Plan:
+    balance_net_in(ws, warnings)
     if goals.leaders:
-        planner.balance_leaders(ws)
-    return _finish("rebalance", model, goals, ws, warnings)
+        leader_phases.balance_leaders(ws)
+        leader_phases.balance_leader_traffic(ws)
+    if classes:
+        place_tiers(ws, traffic, classes, warnings)
+    return _finish(operation, model, goals, ws, warnings, traffic)
 
 
-def drain(model: ClusterModel, brokers: Collection[int], goals: Goals | None = None) -> Plan:
+def drain(
+    model: ClusterModel,
+    brokers: Collection[int],
+    goals: Goals | None = None,
+    traffic: Traffic | None = None,
+    classes: DiskClasses | None = None,
+) -> Plan:
     """Move every replica off `brokers` (e.g. before decommissioning), keeping the rest balanced."""
     goals = goals or Goals()
     unknown = sorted(set(brokers) - set(model.brokers))
@@ -37,16 +84,17 @@ def drain(model: ClusterModel, brokers: Collection[int], goals: Goals | None = N
         raise ValueError(f"cannot drain unknown broker(s) {unknown}")
     require_capacities(model, excluded=brokers)
     ws = planner.Workspace(model, goals, excluded=brokers)
+    attach(ws, traffic)
     warnings: list[str] = []
     planner.drain(ws, warnings)
     planner.fix_racks(ws, warnings)
     planner.spread_disks(ws, warnings)
-    if goals.leaders:
-        planner.balance_leaders(ws)
-    return _finish("drain", model, goals, ws, warnings)
+    return _traffic_and_tiers("drain", model, goals, ws, warnings, traffic, classes)
 
 
-def fill(model: ClusterModel, brokers: Collection[int], goals: Goals | None = None) -> Plan:
+def fill(
+    model: ClusterModel, brokers: Collection[int], goals: Goals | None = None, traffic: Traffic | None = None
+) -> Plan:
     """Move data onto new (or emptier) `brokers` only, until they hold a fair share."""
     goals = goals or Goals()
     unknown = sorted(set(brokers) - set(model.brokers))
@@ -54,9 +102,10 @@ def fill(model: ClusterModel, brokers: Collection[int], goals: Goals | None = No
         raise ValueError(f"cannot fill unknown broker(s) {unknown}")
     require_capacities(model)
     ws = planner.Workspace(model, goals)
+    attach(ws, traffic)
     warnings: list[str] = []
     planner.spread_disks(ws, warnings, destinations=brokers)
-    return _finish("fill", model, goals, ws, warnings)
+    return _finish("fill", model, goals, ws, warnings, traffic)
 
 
 def fix_racks(model: ClusterModel, goals: Goals | None = None) -> Plan:
@@ -68,20 +117,39 @@ def fix_racks(model: ClusterModel, goals: Goals | None = None) -> Plan:
     return _finish("fix-racks", model, goals, ws, warnings)
 
 
-def leaders(model: ClusterModel, goals: Goals | None = None) -> Plan:
-    """Even out preferred leaders by reordering replica lists; the executor then elects them."""
+def leaders(model: ClusterModel, goals: Goals | None = None, traffic: Traffic | None = None) -> Plan:
+    """Even out preferred leaders (counts, then leader bytes in) by reordering replica lists;
+    the executor then elects them."""
     goals = goals or Goals()
     ws = planner.Workspace(model, goals)
-    planner.balance_leaders(ws)
-    return _finish("leaders", model, goals, ws, [])
+    attach(ws, traffic)
+    leader_phases.balance_leaders(ws)
+    leader_phases.balance_leader_traffic(ws)
+    return _finish("leaders", model, goals, ws, [], traffic)
 
 
-def _finish(operation: str, model: ClusterModel, goals: Goals, ws: planner.Workspace, warnings: list[str]) -> Plan:
+def tiers(model: ClusterModel, traffic: Traffic | None, classes: DiskClasses, goals: Goals | None = None) -> Plan:
+    """Only place replicas by tier: hot ones on SSD dirs, cold ones on HDD (intra-broker moves)."""
+    goals = goals or Goals()
+    ws = planner.Workspace(model, goals)
+    warnings: list[str] = []
+    place_tiers(ws, traffic, classes, warnings)
+    return _finish("tiers", model, goals, ws, warnings, traffic)
+
+
+def _finish(
+    operation: str,
+    model: ClusterModel,
+    goals: Goals,
+    ws: planner.Workspace,
+    warnings: list[str],
+    traffic: Traffic | None = None,
+) -> Plan:
     outcome = ws.outcome(warnings)
     moves = diff(model, outcome.partitions)
     after = apply(model, moves)
     excluded = ws.excluded
-    stats = {
+    stats: dict[str, object] = {
         "moves": len(moves),
         "inter_broker_moves": sum(1 for m in moves if m.kind == "inter"),
         "intra_broker_moves": sum(1 for m in moves if m.kind == "intra"),
@@ -90,6 +158,10 @@ def _finish(operation: str, model: ClusterModel, goals: Goals, ws: planner.Works
         "spread_before": round(spread(eligible_dirs(model, excluded)), 6),
         "spread_after": round(spread(eligible_dirs(after, excluded)), 6),
     }
+    if traffic is not None:
+        stats["traffic_window_s"] = round(traffic.window_s, 3)
+        stats["traffic_spread_before"] = traffic_spreads(model, traffic, excluded)
+        stats["traffic_spread_after"] = traffic_spreads(after, traffic, excluded)
     return Plan(
         operation=operation,
         moves=tuple(moves),

@@ -3,9 +3,11 @@
 Phases run in order of how hard their rule is: drain (replicas on brokers being emptied must
 go), racks (a partition with two replicas under one rack switch is fixed before anything else),
 disks (spread usage over every disk of every broker, inter- and intra-broker moves chosen from
-the same candidates), leaders (reorder replica lists; no data moves). Every phase checks the
-same three hard rules for each step: no rack violation is created, no disk goes past the
-capacity limit, and a broker never holds two replicas of one partition.
+the same candidates; with traffic measured, no disk move pushes a broker's traffic out of its
+band), then the phases of `strait.balancer.loads` (network in), `strait.balancer.leaders`
+(leader counts, leader bytes in) and `strait.balancer.tiers` (hot replicas on SSD dirs). Every
+phase checks the same three hard rules for each step: no rack violation is created, no disk
+goes past the capacity limit, and a broker never holds two replicas of one partition.
 
 Scale: disks live in two heaps (fullest / emptiest) with lazy invalidation, and each disk keeps
 its replicas in a sorted list of packed (size, partition) integers, so one step costs about
@@ -18,9 +20,13 @@ import heapq
 from bisect import bisect_right
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from strait.balancer.goals import Goals
 from strait.balancer.model import ClusterModel, Partition, PartitionKey, max_per_rack
+
+if TYPE_CHECKING:
+    from strait.balancer.loads import Loads
 
 # How many replicas of one source disk are examined for one destination before giving up on it;
 # a bound that keeps one step cheap on disks holding thousands of replicas. Destinations in
@@ -101,6 +107,10 @@ class Workspace:
             lst.sort()
         self.items = items
         self.touched: set[int] = set()
+        # Broker traffic (`strait.balancer.loads`), when measured; `guarded` makes `can_host`
+        # refuse moves that would push a broker's traffic out of its band (the disk phase).
+        self.loads: Loads | None = None
+        self.guarded = False
 
     # ---- measures -------------------------------------------------------------------------
 
@@ -137,7 +147,9 @@ class Workspace:
         for b in reps:
             if b != from_broker and racks[b] == rack:
                 same += 1
-        return same <= -(-len(reps) // self.rack_count)
+        if same > -(-len(reps) // self.rack_count):
+            return False
+        return not self.guarded or self.loads is None or self.loads.allows_move(pidx, from_broker, to_broker)
 
     def move(self, pidx: int, from_broker: int, to_disk: int) -> None:
         reps = self.replicas[pidx]
@@ -155,6 +167,8 @@ class Workspace:
         lst.insert(bisect_right(lst, packed), packed)
         self.disk_used[to_disk] += size
         self.disk_version[to_disk] += 1
+        if self.loads is not None and self.disk_broker[to_disk] != from_broker:
+            self.loads.moved(pidx, slot, from_broker, self.disk_broker[to_disk])
         reps[slot] = self.disk_broker[to_disk]
         self.disks[pidx][slot] = to_disk
         self.touched.add(pidx)
@@ -246,7 +260,7 @@ def drain(ws: Workspace, warnings: list[str]) -> None:
         target = _place(ws, emptiest, pidx, b)
         if target is None:
             warnings.append(
-                f"cannot move {_name(ws, pidx)} off broker {b}: no disk fits it without breaking "
+                f"cannot move {name(ws, pidx)} off broker {b}: no disk fits it without breaking "
                 "the rack rule or the capacity limit"
             )
             continue
@@ -285,7 +299,7 @@ def fix_racks(ws: Workspace, warnings: list[str]) -> None:
                     break
             if not moved:
                 warnings.append(
-                    f"rack rule broken for {_name(ws, pidx)} and cannot be fixed: no broker in another "
+                    f"rack rule broken for {name(ws, pidx)} and cannot be fixed: no broker in another "
                     "rack has room for it"
                 )
                 break
@@ -296,7 +310,6 @@ def spread_disks(ws: Workspace, warnings: list[str], *, destinations: Collection
 
     `destinations` limits which brokers may receive data (used to fill new brokers only).
     """
-    goals = ws.goals
     usable = [d for d in range(len(ws.disk_broker)) if ws.usable(d)]
     if destinations is None:
         sinks = usable
@@ -307,6 +320,17 @@ def spread_disks(ws: Workspace, warnings: list[str], *, destinations: Collection
         sources = [d for d in usable if ws.disk_broker[d] not in allowed]
     if not sinks or not sources:
         return
+    if ws.loads is not None:
+        ws.loads.freeze_band()
+    ws.guarded = ws.loads is not None
+    try:
+        _spread(ws, warnings, sinks, sources, destinations is not None)
+    finally:
+        ws.guarded = False
+
+
+def _spread(ws: Workspace, warnings: list[str], sinks: list[int], sources: list[int], filling: bool) -> None:
+    goals = ws.goals
     fullest = _DiskHeap(ws, sources, fullest=True)
     emptiest = _DiskHeap(ws, sinks, fullest=False)
     # With as many racks as replicas, inter-rack moves are mostly forbidden; the emptiest disks
@@ -319,7 +343,7 @@ def spread_disks(ws: Workspace, warnings: list[str], *, destinations: Collection
     mean = ws.mean()
     budget = 4 * sum(len(r) for r in ws.replicas) + 1000
     # Filling stops once the new brokers hold a fair share; it does not rebalance the others.
-    floor = mean - goals.threshold / 2 if destinations is not None else None
+    floor = mean - goals.threshold / 2 if filling else None
     while budget > 0:
         budget -= 1
         s = fullest.peek()
@@ -416,73 +440,6 @@ def _pick_replica(ws: Workspace, s: int, d: int, mean: float, scan_limit: int) -
     return None
 
 
-def balance_leaders(ws: Workspace) -> None:
-    """Even out preferred leaders over brokers by reordering replica lists (no data moves)."""
-    brokers = [b for b in ws.model.brokers if b not in ws.excluded]
-    if len(brokers) < 2:
-        return
-    led: dict[int, list[int]] = {b: [] for b in ws.model.brokers}
-    for pidx, reps in enumerate(ws.replicas):
-        if len(reps) > 1:
-            led.setdefault(reps[0], []).append(pidx)
-    count = {b: len(v) for b, v in led.items()}
-    most = [(-count[b], b) for b in brokers]
-    least = [(count[b], b) for b in brokers]
-    heapq.heapify(most)
-    heapq.heapify(least)
-
-    def top(heap: list[tuple[int, int]], sign: int) -> int | None:
-        # Entries go stale when a count changes; the current one was pushed at that time.
-        while heap and sign * heap[0][0] != count[heap[0][1]]:
-            heapq.heappop(heap)
-        return heap[0][1] if heap else None
-
-    # Per broker, how far its led list has been tried. A partition that found no follower with
-    # few enough leaders is not tried again for that broker: the broker's own count only falls,
-    # so it would mostly fail again, and re-scanning made this phase quadratic.
-    cursor: dict[int, int] = {}
-    brokers_set = set(brokers)  # live, not drained: the brokers that may lead
-    while True:
-        b_max, b_min = top(most, -1), top(least, 1)
-        if b_max is None or b_min is None or count[b_max] - count[b_min] <= 1:
-            break
-        candidates = led[b_max]
-        i = cursor.get(b_max, 0)
-        moved = False
-        while i < len(candidates):
-            pidx = candidates[i]
-            followers = [x for x in ws.replicas[pidx][1:] if x in brokers_set]
-            best = min(followers, key=lambda x: (count[x], x)) if followers else None
-            if best is not None and count[best] < count[b_max] - 1:
-                del candidates[i]
-                _lead_with(ws, pidx, best, led, count)
-                for b in (b_max, best):
-                    heapq.heappush(most, (-count[b], b))
-                    heapq.heappush(least, (count[b], b))
-                moved = True
-                break
-            i += 1
-        cursor[b_max] = i
-        if not moved:
-            # No partition led here has a follower with fewer leaders: this broker is done.
-            heapq.heappop(most)
-
-
-def _lead_with(ws: Workspace, pidx: int, new: int, led: dict[int, list[int]], count: dict[int, int]) -> None:
-    reps = ws.replicas[pidx]
-    old = reps[0]
-    if new == old:
-        return
-    j = reps.index(new)
-    reps[0], reps[j] = reps[j], reps[0]
-    disks = ws.disks[pidx]
-    disks[0], disks[j] = disks[j], disks[0]
-    led.setdefault(new, []).append(pidx)
-    count[old] -= 1
-    count[new] = count.get(new, 0) + 1
-    ws.touched.add(pidx)
-
-
-def _name(ws: Workspace, pidx: int) -> str:
+def name(ws: Workspace, pidx: int) -> str:
     topic, partition = ws.keys[pidx]
     return f"{topic}-{partition}"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from strait.balancer.model import Broker, ClusterModel, LogDir, Partition
+from strait.balancer.model import Broker, ClusterModel, LogDir, Partition, PartitionKey
+from strait.balancer.traffic import Rate, Traffic
 
 GB = 1 << 30
 
@@ -89,3 +90,20 @@ def generate(shape: Shape, seed: int) -> ClusterModel:
         for path in paths
     ]
     return ClusterModel.build(brokers, log_dirs, partitions, cluster_id=f"synthetic-{seed}")
+
+
+def traffic(model: ClusterModel, seed: int, *, active: float = 0.3, skew: float = 0.5) -> Traffic:
+    """Write and read rates for a generated cluster: `active` of the partitions written, with a
+    long tail; with `skew`, partitions led by the lower broker ids are written harder."""
+    rng = random.Random(seed * 7919 + 1)
+    top = max(model.brokers, default=1)
+    rates: dict[PartitionKey, Rate] = {}
+    for key, p in model.partitions.items():
+        if rng.random() >= active:
+            continue
+        lead = p.replicas[0] if p.replicas else top
+        boost = 1.0 + skew * 4.0 * (1.0 - lead / top)
+        written = rng.lognormvariate(13.0, 1.2) * boost  # about 0.5 MB/s typical
+        read = written * rng.choice((0.0, 1.0, 2.0))
+        rates[key] = Rate(written, written / 1000.0, read)
+    return Traffic(rates, 60.0)

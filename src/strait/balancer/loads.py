@@ -1,0 +1,179 @@
+"""Broker traffic inside a planning run: the loads a workspace carries, their bands, and the
+network-in phase.
+
+Loads are those of `strait.balancer.traffic` (net in, net out, leader bytes in, bytes/s per
+broker), kept up to date as the planner moves replicas and leaders. Each resource has a band,
+fixed when a phase starts: a broker's load may not rise above max(the highest load now, the
+lowest + B) nor fall below min(the lowest now, the highest - B), where B is `traffic_threshold`
+times the mean load of the brokers that stay. Phases that do not aim at traffic (the disk spread,
+leader counts) keep to the band, so the max-min spread of every resource ends no wider than
+before or 2B, whichever is more; the traffic phases only narrow it.
+"""
+
+from __future__ import annotations
+
+from strait.balancer.planner import Workspace
+from strait.balancer.traffic import Traffic
+
+_EPSILON = 1e-9
+
+
+class Loads:
+    """Per-broker traffic of a workspace's current placement."""
+
+    def __init__(self, ws: Workspace, traffic: Traffic, threshold: float) -> None:
+        self.ws = ws
+        self.threshold = threshold
+        self.write = [traffic.rate(k).bytes_in for k in ws.keys]
+        self.read = [traffic.rate(k).bytes_read for k in ws.keys]
+        self.hot = [pidx for pidx, w in enumerate(self.write) if w > 0 or self.read[pidx] > 0]
+        self.kept = [b for b in ws.model.brokers if b not in ws.excluded]
+        brokers = set(ws.model.brokers)
+        for pidx in self.hot:
+            brokers.update(ws.replicas[pidx])
+        self.net_in = dict.fromkeys(brokers, 0.0)
+        self.leader_in = dict.fromkeys(brokers, 0.0)
+        self.net_out = dict.fromkeys(brokers, 0.0)
+        for pidx in self.hot:
+            reps = ws.replicas[pidx]
+            for b in reps:
+                self.net_in[b] += self.write[pidx]
+            if reps:
+                self.leader_in[reps[0]] += self.write[pidx]
+                self.net_out[reps[0]] += self.out(pidx)
+        self.bands: dict[str, tuple[float, float]] = {}
+        self.freeze_band()
+
+    def out(self, pidx: int) -> float:
+        """What the leader of `pidx` sends: its writes to every follower, and what consumers read."""
+        return self.write[pidx] * (len(self.ws.replicas[pidx]) - 1) + self.read[pidx]
+
+    def by_resource(self) -> dict[str, dict[int, float]]:
+        return {"net_in": self.net_in, "net_out": self.net_out, "leader_in": self.leader_in}
+
+    def freeze_band(self) -> None:
+        """Fix each resource's band from the loads now (see the module docstring)."""
+        self.bands = {}
+        for res, loads in self.by_resource().items():
+            values = [loads.get(b, 0.0) for b in self.kept] or [0.0]
+            lo, hi = min(values), max(values)
+            room = self.threshold * sum(values) / len(values)
+            self.bands[res] = (min(lo, hi - room) - _EPSILON, max(hi, lo + room) + _EPSILON)
+
+    def _fits(self, res: str, gainer: int, loser: int, amount: float) -> bool:
+        if amount <= 0:
+            return True
+        loads = self.by_resource()[res]
+        lo, hi = self.bands[res]
+        up = gainer not in self.kept or loads.get(gainer, 0.0) + amount <= hi
+        down = loser not in self.kept or loads.get(loser, 0.0) - amount >= lo
+        return up and down
+
+    def allows_move(self, pidx: int, from_broker: int, to_broker: int) -> bool:
+        """Whether moving the replica of `pidx` keeps both brokers within every band."""
+        w = self.write[pidx]
+        if w <= 0 and self.read[pidx] <= 0:
+            return True
+        if not self._fits("net_in", to_broker, from_broker, w):
+            return False
+        if self.ws.replicas[pidx][0] != from_broker:
+            return True
+        return self.allows_lead(pidx, from_broker, to_broker)
+
+    def allows_lead(self, pidx: int, old: int, new: int) -> bool:
+        """Whether `new` leading `pidx` instead of `old` keeps both within the leader bands."""
+        return self._fits("leader_in", new, old, self.write[pidx]) and self._fits("net_out", new, old, self.out(pidx))
+
+    def moved(self, pidx: int, slot: int, from_broker: int, to_broker: int) -> None:
+        w = self.write[pidx]
+        if w <= 0 and self.read[pidx] <= 0:
+            return
+        self.net_in[from_broker] = self.net_in.get(from_broker, 0.0) - w
+        self.net_in[to_broker] = self.net_in.get(to_broker, 0.0) + w
+        if slot == 0:
+            self.led(pidx, from_broker, to_broker)
+
+    def led(self, pidx: int, old: int, new: int) -> None:
+        w, o = self.write[pidx], self.out(pidx)
+        self.leader_in[old] = self.leader_in.get(old, 0.0) - w
+        self.leader_in[new] = self.leader_in.get(new, 0.0) + w
+        self.net_out[old] = self.net_out.get(old, 0.0) - o
+        self.net_out[new] = self.net_out.get(new, 0.0) + o
+
+    def mean(self, res: str) -> float:
+        loads = self.by_resource()[res]
+        return sum(loads.get(b, 0.0) for b in self.kept) / len(self.kept) if self.kept else 0.0
+
+
+def attach(ws: Workspace, traffic: Traffic | None) -> Loads | None:
+    """Give `ws` the loads of `traffic` (nothing when no traffic was measured)."""
+    if traffic is None or not traffic.rates:
+        return None
+    ws.loads = Loads(ws, traffic, ws.goals.traffic_threshold)
+    return ws.loads
+
+
+def balance_net_in(ws: Workspace, warnings: list[str]) -> None:
+    """Move replicas (followers first) from the broker taking in most to those taking in least.
+
+    A step moves a replica whose write rate is below the gap between the two brokers, the one
+    closest to half of it, to the emptiest disk of the cooler broker that keeps the hard rules
+    and the disk band: no disk ends above max(fullest now, emptiest now + threshold) nor below
+    min(emptiest now, fullest now - threshold), so the disk spread stays within its goal or
+    where it was.
+    """
+    loads = ws.loads
+    if loads is None or len(loads.kept) < 2:
+        return
+    usable = [d for d in range(len(ws.disk_broker)) if ws.usable(d)]
+    if not usable:
+        return
+    ratios = [ws.ratio(d) for d in usable]
+    top, bottom = max(ratios), min(ratios)
+    disk_hi = max(top, bottom + ws.goals.threshold) + _EPSILON
+    disk_lo = min(bottom, top - ws.goals.threshold) - _EPSILON
+    goal = ws.goals.traffic_threshold * loads.mean("net_in")
+    given_up: set[int] = set()
+    for _ in range(4 * len(loads.hot) + 16):
+        ranked = sorted((b for b in loads.kept if b not in given_up), key=lambda b: (loads.net_in[b], b))
+        if len(ranked) < 2:
+            break
+        hot = ranked[-1]
+        if loads.net_in[hot] - loads.net_in[ranked[0]] <= goal + _EPSILON:
+            break
+        if not any(_step(ws, loads, hot, cold, disk_lo, disk_hi) for cold in ranked[:-1]):
+            given_up.add(hot)
+    kept = loads.kept
+    left = max(loads.net_in[b] for b in kept) - min(loads.net_in[b] for b in kept)
+    if left > goal + _EPSILON and goal > 0:
+        warnings.append(
+            f"network-in spread {left:.0f} B/s stays above the traffic threshold ({goal:.0f} B/s): "
+            "no replica can move without breaking the rack rule, the capacity limit or the disk spread"
+        )
+
+
+def _step(ws: Workspace, loads: Loads, hot: int, cold: int, disk_lo: float, disk_hi: float) -> bool:
+    gap = loads.net_in[hot] - loads.net_in[cold]
+    if gap <= _EPSILON:
+        return False
+    options = []
+    for pidx in loads.hot:
+        w = loads.write[pidx]
+        reps = ws.replicas[pidx]
+        if 0 < w < gap and hot in reps and cold not in reps:
+            options.append((abs(w - gap / 2), reps[0] == hot, pidx))
+    options.sort()
+    sinks = sorted(ws.broker_disks.get(cold, ()), key=lambda d: (ws.ratio(d), d))
+    for _, leads, pidx in options[:64]:
+        if leads and not loads.allows_lead(pidx, hot, cold):
+            continue
+        src = ws.disks[pidx][ws.replicas[pidx].index(hot)]
+        size = ws.size[pidx]
+        if src >= 0 and ws.disk_cap[src] > 0 and (ws.disk_used[src] - size) / ws.disk_cap[src] < disk_lo:
+            continue
+        for d in sinks:
+            if (ws.disk_used[d] + size) / ws.disk_cap[d] > disk_hi or not ws.can_host(pidx, hot, d):
+                continue
+            ws.move(pidx, hot, d)
+            return True
+    return False

@@ -1,0 +1,110 @@
+"""Tiers: disk class rules, and hot replicas on SSD dirs over many generated clusters (only
+intra-broker moves, rack and capacity rules kept, the SSD dirs holding exactly the hottest
+replicas that fit their budget)."""
+
+from __future__ import annotations
+
+import pytest
+
+from strait.balancer import operations
+from strait.balancer.goals import Goals
+from strait.balancer.invariants import tier_violations, violations
+from strait.balancer.model import Broker, ClusterModel, LogDir, Partition
+from strait.balancer.plan import IntraBrokerMove, apply
+from strait.balancer.synthetic import Shape, generate
+from strait.balancer.synthetic import traffic as synthetic_traffic
+from strait.balancer.tiers import DiskClasses
+from strait.balancer.traffic import Rate, Traffic
+
+GOALS = Goals(threshold=0.10, capacity_limit=0.90)
+CLASSES = DiskClasses.of({"/data/d0": "ssd", "/data/d*": "hdd"})
+
+
+def test_most_specific_rule_wins_and_layers_stack() -> None:
+    file = DiskClasses.of({"*": "hdd", "/data/ssd*": "ssd", "3": "hdd", "4:/data/ssd1": "hdd"})
+    assert file.class_of(1, "/data/ssd0") == "ssd"
+    assert file.class_of(1, "/data/x") == "hdd"
+    assert file.class_of(3, "/data/ssd0") == "hdd"  # a broker rule beats a glob
+    assert file.class_of(4, "/data/ssd1") == "hdd"
+    flags = DiskClasses.of({"/data/x": "ssd"})
+    both = flags.over(file)
+    assert both.class_of(1, "/data/x") == "ssd"  # the upper layer decides where it matches
+    assert both.class_of(1, "/data/ssd0") == "ssd" and both.class_of(2, "/data/y") == "hdd"
+    assert DiskClasses.of({"/a": "ssd"}).class_of(1, "/b") is None
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"), [({"/a": "nvme"}, "must be one of ssd, hdd"), ({"data": "ssd"}, "expected '\\*'")]
+)
+def test_bad_rules_are_refused_by_name(rules: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DiskClasses.of(rules)
+
+
+def _one_broker(sizes: dict[str, int], on: dict[str, str], ssd_cap: int = 100, hdd_cap: int = 1000) -> ClusterModel:
+    used = {"/ssd": 0, "/hdd": 0}
+    parts = []
+    for t, size in sizes.items():
+        used[on[t]] += size
+        parts.append(Partition(t, 0, (1,), (on[t],), size, 1))
+    dirs = [LogDir(1, "/ssd", ssd_cap, used["/ssd"]), LogDir(1, "/hdd", hdd_cap, used["/hdd"])]
+    return ClusterModel.build([Broker(1)], dirs, parts)
+
+
+def test_hottest_that_fit_go_to_ssd_cold_ones_leave() -> None:
+    # SSD budget 90 bytes: a (hot, 40) and c (warm, 40) fit; b (hotter but 60) does not fit after a;
+    # cold d sits on SSD and must leave.
+    model = _one_broker({"a": 40, "b": 60, "c": 40, "d": 30}, {"a": "/hdd", "b": "/hdd", "c": "/hdd", "d": "/ssd"})
+    t = Traffic({("b", 0): Rate(900.0), ("a", 0): Rate(1000.0), ("c", 0): Rate(10.0, 0, 5.0)})
+    classes = DiskClasses.of({"/ssd": "ssd", "/hdd": "hdd"})
+    plan = operations.tiers(model, t, classes, GOALS)
+    assert all(isinstance(m, IntraBrokerMove) for m in plan.moves)
+    after = apply(model, plan.moves)
+    where = {p.topic: p.dirs[0] for p in after.partitions.values()}
+    assert where == {"a": "/ssd", "b": "/hdd", "c": "/ssd", "d": "/hdd"}
+    assert tier_violations(model, plan, GOALS, t, classes) == []
+    assert violations(model, plan, GOALS) == []
+
+
+def test_full_hdd_keeps_the_cold_replica_on_ssd_and_says_so() -> None:
+    model = _one_broker({"cold": 50, "hot": 60}, {"cold": "/ssd", "hot": "/hdd"}, ssd_cap=100, hdd_cap=100)
+    t = Traffic({("hot", 0): Rate(1000.0)})
+    plan = operations.tiers(model, t, DiskClasses.of({"/ssd": "ssd", "/hdd": "hdd"}), GOALS)
+    assert violations(model, plan, GOALS) == []
+    after = apply(model, plan.moves)
+    assert after.partitions[("cold", 0)].dirs == ("/ssd",)
+    assert any("tiers:" in w and "cold-0" in w for w in plan.warnings)
+    assert any("tiers:" in w and "hot-0" in w for w in plan.warnings)
+
+
+SHAPES = {
+    "two-dirs-racks": Shape(brokers=6, dirs_per_broker=2, partitions=300, racks=3, skew=0.3, fill=0.3),
+    "three-dirs": Shape(brokers=5, dirs_per_broker=3, partitions=400, racks=0, skew=0.5, fill=0.4),
+    "tight": Shape(brokers=4, dirs_per_broker=2, partitions=60, replication=2, racks=2, skew=0.5, fill=0.7),
+}
+
+
+@pytest.mark.parametrize("shape_name", sorted(SHAPES))
+@pytest.mark.parametrize("seed", range(8))
+def test_tiers_over_generated_clusters(shape_name: str, seed: int) -> None:
+    model = generate(SHAPES[shape_name], seed)
+    t = synthetic_traffic(model, seed, active=0.2)
+    plan = operations.tiers(model, t, CLASSES, GOALS)
+    assert violations(model, plan, GOALS) == []
+    assert all(isinstance(m, IntraBrokerMove) for m in plan.moves)
+    assert tier_violations(model, plan, GOALS, t, CLASSES) == []
+    # After the full rebalance too: tiers come last and keep every rule.
+    full = operations.rebalance(model, GOALS, traffic=t, classes=CLASSES)
+    assert violations(model, full, GOALS) == []
+    assert tier_violations(model, full, GOALS, t, CLASSES) == []
+
+
+def test_hot_replicas_end_on_ssd_when_there_is_room() -> None:
+    model = generate(SHAPES["two-dirs-racks"], 1)
+    t = synthetic_traffic(model, 1, active=0.05)
+    plan = operations.rebalance(model, GOALS, traffic=t, classes=CLASSES)
+    assert not [w for w in plan.warnings if w.startswith("tiers:")]
+    after = apply(model, plan.moves)
+    for key in t.rates:
+        p = after.partitions[key]
+        assert set(p.dirs) == {"/data/d0"}, p
