@@ -20,6 +20,7 @@ import enum
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from strait.worker.batch.records import ControlType, RecordBatch, control_type
 
@@ -45,8 +46,9 @@ class AbortedTransaction:
     first_offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class Selected:
+class Selected(NamedTuple):
+    """One batch and what to do with it (a named tuple: one is made per fetched batch)."""
+
     batch: RecordBatch
     action: Action
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_SEQUENCE = 2**31 - 1
 MAX_IN_FLIGHT = 5
@@ -48,8 +49,7 @@ class ProducerIdentity:
     epoch: int
 
 
-@dataclass(frozen=True, slots=True)
-class InFlight:
+class InFlight(NamedTuple):
     """One batch sent and not yet acknowledged; ``ref`` is the caller's handle (e.g. the
     source batch's base offset)."""
 
