@@ -184,3 +184,24 @@ def test_verification_switches() -> None:
 def test_what_kafka_python_cannot_do_is_refused_by_name(props: dict[str, str], named: str) -> None:
     with pytest.raises(clients.UnsupportedProperty, match=named):
         clients.kafka_python_options(props)
+
+
+def test_kafka_python_acl_refusals_name_the_cluster_principal_and_call() -> None:
+    from kafka.errors import ClusterAuthorizationFailedError
+
+    from strait.balancer.errors import ClusterError
+    from strait.balancer.gateway import _Refusals
+
+    class Admin:
+        def list_partition_reassignments(self) -> None:
+            raise ClusterAuthorizationFailedError("needs DESCRIBE permission")
+
+        def close(self) -> str:
+            return "closed"
+
+    admin = _Refusals(Admin(), {"bootstrap.servers": "kafka-a:9094", "sasl.username": "strait"})
+    with pytest.raises(ClusterError) as refused:
+        admin.list_partition_reassignments()
+    assert str(refused.value).startswith("cluster kafka-a:9094 refused User:strait: no ACL allows ")
+    assert "list_partition_reassignments on the cluster (CLUSTER_AUTHORIZATION_FAILED)" in str(refused.value)
+    assert admin.close() == "closed"

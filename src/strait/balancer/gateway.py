@@ -163,7 +163,8 @@ class KafkaGateway:
         except (clients.UnsupportedProperty, OSError) as exc:  # a setting, or a TLS file it names
             where = access_errors.cluster_label(self.props)
             raise ClusterError(f"cannot use the properties of {where}: {exc}") from exc
-        probe(self.props)
+        if str(self.props.get("security.protocol", "PLAINTEXT")).upper() != "PLAINTEXT":
+            probe(self.props)  # only a secured cluster can refuse a login or a certificate
         try:
             self._admin = _Refusals(clients.legacy_admin(self.props, client_id="strait-balancer"), self.props)
         except Exception as exc:

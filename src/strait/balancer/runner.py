@@ -14,6 +14,7 @@ import os
 from strait.balancer import executor
 from strait.balancer.gateway import KafkaGateway
 from strait.balancer.state import StateStore
+from strait.secrets import install_log_redaction
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--execution", required=True, help="Execution id recorded in the state topic.")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_log_redaction()  # the cluster's password or key never reaches the run's log file
     logging.getLogger("kafka").setLevel(logging.WARNING)
     props = json.loads(os.environ["STRAIT_BALANCE_PROPS"])
     gateway = KafkaGateway(props)

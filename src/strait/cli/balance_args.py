@@ -16,8 +16,10 @@ from strait.balancer import executor as execution
 from strait.balancer.capacity import Capacities
 from strait.balancer.errors import BalanceError
 from strait.balancer.goals import Goals
+from strait.balancer.tiers import DiskClasses, parse_class
 from strait.balancer.units import parse_bytes
 from strait.balancer.window import Caps
+from strait.secrets import install_log_redaction
 
 out = Console()
 err = Console(stderr=True)
@@ -36,6 +38,23 @@ CAPACITY = typer.Option(
     help="Disk size, overriding the configuration file dir by dir: '*=100GB' (every dir), '/data/ssd*=2TB' "
     "(dir glob), '3=4TB' (every dir of broker 3) or '3:/data/d1=1TB'. Most specific wins. Needed where "
     "a broker cannot size its dirs, or its dirs share one filesystem. Repeatable.",
+)
+DISK_CLASS = typer.Option(
+    None,
+    "--disk-class",
+    help="Storage tier of log dirs, overriding balance.disk_classes dir by dir: '/data/ssd*=ssd', '*=hdd', "
+    "'3:/data/d0=ssd'. On brokers with both, the hottest replicas (recent write + read bytes/s) are kept on "
+    "SSD within its capacity budget and cold ones moved to HDD, by intra-broker moves. Repeatable.",
+)
+TRAFFIC_WINDOW = typer.Option(
+    None,
+    "--traffic-window",
+    help="Seconds to measure each partition's write and read rates first (log-end offsets, sizes and "
+    "committed offsets sampled twice; no JMX), so the plan also evens out network in, network out and "
+    "leader bytes in per broker. 0: disks only. Default: 0, or 10 when disk classes are given.",
+)
+TRAFFIC_THRESHOLD = typer.Option(
+    0.10, help="Allowed max-min spread of each broker's traffic, as a fraction of its mean (with a traffic window)."
 )
 THRESHOLD = typer.Option(0.10, help="Allowed max-min spread of disk usage ratios (0.10 = 10 points).")
 CAPACITY_LIMIT = typer.Option(
@@ -61,6 +80,7 @@ class CliError(Exception):
 def guard(fn: Callable[[], int | None]) -> None:
     """Run a command body: known failures become `error: ...` and exit code 2."""
     logging.basicConfig(level=logging.WARNING)
+    install_log_redaction()
     logging.getLogger("kafka").setLevel(logging.ERROR)
     try:
         code = fn()
@@ -77,13 +97,20 @@ class Target:
 
     props: dict[str, Any]
     capacities: Capacities
+    classes: DiskClasses = DiskClasses()  # noqa: RUF009 (frozen, so one shared empty value is safe)
 
 
 def target(
-    bootstrap: str | None, cluster: str | None, config: Path | None, capacity: list[str] | None = None
+    bootstrap: str | None,
+    cluster: str | None,
+    config: Path | None,
+    capacity: list[str] | None = None,
+    disk_class: list[str] | None = None,
 ) -> Target:
-    """Properties from --bootstrap or the configured cluster; capacities from --capacity over the file."""
+    """Properties from --bootstrap or the configured cluster; capacities from --capacity and disk
+    classes from --disk-class, over the file's."""
     flags = Capacities.of(parse_capacities(capacity))
+    classes = DiskClasses.of(parse_disk_classes(disk_class))
     if cluster and config:
         from strait.config import load_config
 
@@ -92,9 +119,11 @@ def target(
         if cluster not in loaded.clusters:
             raise CliError(f"cluster {cluster!r} is not in {config} (clusters: {', '.join(sorted(loaded.clusters))})")
         props = {"bootstrap.servers": bootstrap} if bootstrap else dict(loaded.clusters[cluster])
-        return Target(props, flags.over(loaded.balance.capacities_of(cluster)))
+        return Target(
+            props, flags.over(loaded.balance.capacities_of(cluster)), classes.over(loaded.balance.classes_of(cluster))
+        )
     if bootstrap:
-        return Target({"bootstrap.servers": bootstrap}, flags)
+        return Target({"bootstrap.servers": bootstrap}, flags, classes)
     if cluster:
         raise CliError("--cluster needs --config FILE (the configuration file that names the cluster)")
     raise CliError("say which cluster: --bootstrap HOST:PORT, or --cluster NAME with --config FILE")
@@ -115,6 +144,30 @@ def parse_capacities(values: list[str] | None) -> dict[str, int]:
     return result
 
 
+def parse_disk_classes(values: list[str] | None) -> dict[str, str]:
+    """`--disk-class KEY=CLASS` flags as a {key: class} mapping, refusing a malformed one by name."""
+    result: dict[str, str] = {}
+    for item in values or []:
+        key, sep, kind = item.rpartition("=")
+        if not sep or not key:
+            raise CliError(f"--disk-class {item!r}: expected DIR_GLOB=ssd|hdd, e.g. '/data/ssd*=ssd'")
+        try:
+            result[key] = parse_class(kind)
+            DiskClasses.of({key: result[key]})
+        except ValueError as exc:
+            raise CliError(f"--disk-class {item!r}: {exc}") from exc
+    return result
+
+
+def traffic_window(window: float | None, classes: DiskClasses) -> float:
+    """Seconds to sample traffic: as given, else 10 where disk classes need rates, else none."""
+    if window is None:
+        return 10.0 if classes else 0.0
+    if window < 0:
+        raise CliError(f"--traffic-window must be 0 or more seconds, not {window}")
+    return window
+
+
 def rate(throttle: str | None) -> int | None:
     if throttle is None:
         return None
@@ -124,8 +177,10 @@ def rate(throttle: str | None) -> int | None:
         raise CliError(f"--throttle: {exc}") from exc
 
 
-def goals(threshold: float, capacity_limit: float, no_leaders: bool) -> Goals:
-    return Goals(threshold=threshold, capacity_limit=capacity_limit, leaders=not no_leaders)
+def goals(threshold: float, capacity_limit: float, no_leaders: bool, traffic_threshold: float = 0.10) -> Goals:
+    return Goals(
+        threshold=threshold, capacity_limit=capacity_limit, leaders=not no_leaders, traffic_threshold=traffic_threshold
+    )
 
 
 def options(mode: str, throttle: str | None, caps: tuple[int, int, int, int]) -> execution.Options:
