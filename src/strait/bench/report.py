@@ -18,9 +18,10 @@ from strait.bench.markdown import _table as _table
 from strait.bench.markdown import _verdict as _verdict
 from strait.bench.plots import plot as plot
 from strait.bench.report_delivery import DELIVERY_SECTION, delivery_summary
+from strait.bench.report_failover import FAILOVER_SECTION, failover_summary
 from strait.bench.report_missing import MISSING_TERMS, missing_summary
 
-SCENARIOS = ("smoke", "throughput", "latency", "add-topics", "worker-failure", "profile", "delivery")
+SCENARIOS = ("smoke", "throughput", "latency", "add-topics", "worker-failure", "profile", "delivery", "failover")
 
 COMMANDS = {
     "smoke": "strait bench smoke",
@@ -30,6 +31,7 @@ COMMANDS = {
     "worker-failure": "strait bench worker-failure",
     "profile": "strait bench profile",
     "delivery": "strait bench delivery",
+    "failover": "strait bench failover",
 }
 
 
@@ -317,6 +319,7 @@ _SECTIONS: dict[str, tuple[str, str, Callable[[dict[str, Any]], list[str]]]] = {
         _smoke_md,
     ),
     "delivery": DELIVERY_SECTION,
+    "failover": FAILOVER_SECTION,
 }
 
 
@@ -360,6 +363,7 @@ def _summary(results: dict[str, dict[str, Any]]) -> list[str]:
             f"- **Worker kill -9** (Strait / MM2): time until every partition flows again {_n(r.get('resume_s'), 2)}."
         )
     lines += delivery_summary(results.get("delivery"))
+    lines += failover_summary(results.get("failover"))
     lines += missing_summary(results)
     return ["## Summary", "", *lines, ""] if lines else []
 
@@ -416,7 +420,16 @@ def render_markdown(results: dict[str, dict[str, Any]]) -> str:
         "source partition against the sequence numbers the producer wrote. " + MISSING_TERMS,
         "",
     ]
-    for scenario in ("throughput", "latency", "add-topics", "worker-failure", "delivery", "profile", "smoke"):
+    for scenario in (
+        "throughput",
+        "latency",
+        "add-topics",
+        "worker-failure",
+        "delivery",
+        "failover",
+        "profile",
+        "smoke",
+    ):
         doc = results.get(scenario)
         if doc is None:
             continue

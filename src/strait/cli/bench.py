@@ -232,6 +232,44 @@ def worker_failure(
 
 
 @app.command()
+def failover(
+    records: int = typer.Option(60_000, help="Records in the pre-filled topic."),
+    partitions: int = typer.Option(6, help="Partitions of the topic (the group stops at a different depth in each)."),
+    commit_every: int = typer.Option(
+        500, help="The consumer commits every N records of a partition (and at its stop)."
+    ),
+    mm2_sync_wait: float = typer.Option(
+        120.0, help="Seconds to wait for MirrorMaker to sync the group's offsets to the destination."
+    ),
+    systems: str = _SYSTEMS,
+    results_dir: Path = _RESULTS,
+    markdown: Path = _MARKDOWN,
+    workdir: Path | None = _WORKDIR,
+    keep: bool = _KEEP,
+) -> None:
+    """A consumer group fails over to the destination: records it re-reads and skips, Strait's exact
+    translation (strait failover) against MirrorMaker 2's checkpoints and group offset sync."""
+    from strait.bench import scenarios
+
+    _session(
+        systems,
+        results_dir,
+        markdown,
+        workdir,
+        keep,
+        lambda bench: [
+            scenarios.failover(
+                bench,
+                records=records,
+                partitions=partitions,
+                commit_every=commit_every,
+                mm2_sync_wait_s=mm2_sync_wait,
+            )
+        ],
+    )
+
+
+@app.command()
 def smoke(
     records: int = typer.Option(5000, help="Records in the pre-filled topic."),
     systems: str = _SYSTEMS,

@@ -8,6 +8,7 @@ topic. Scenario functions return plain dicts (the JSON written under ``bench/res
 
 from strait.bench.scenarios.add_topics import add_topics
 from strait.bench.scenarios.delivery import delivery
+from strait.bench.scenarios.failover import failover
 from strait.bench.scenarios.failure import worker_failure
 from strait.bench.scenarios.harness import SYSTEMS, Bench, strait_available
 from strait.bench.scenarios.latency import latency
@@ -19,6 +20,7 @@ __all__ = [
     "Bench",
     "add_topics",
     "delivery",
+    "failover",
     "latency",
     "smoke",
     "strait_available",

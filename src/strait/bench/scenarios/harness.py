@@ -88,8 +88,10 @@ class Bench:
         mm2_refresh_topics_s: int = 5,
         mm2_rebalance_delay_ms: int = 10_000,
         delivery: str | None = None,
+        mm2_extra: Mapping[str, str] | None = None,
     ) -> Replicator:
-        """``delivery`` (Strait only) sets the route's ``delivery``; None leaves the default."""
+        """``delivery`` (Strait only) sets the route's ``delivery``; None leaves the default.
+        ``mm2_extra`` (MirrorMaker only): properties set over the rendered ``mm2.properties``."""
         if system == "strait":
             return StraitReplicator(
                 zookeeper=self.sandbox.zookeeper,
@@ -118,6 +120,7 @@ class Bench:
             rebalance_delay_ms=mm2_rebalance_delay_ms,
             heap=self.mm2_heap,
             topics_pattern=topics_pattern,
+            extra=mm2_extra,
         )
 
 
