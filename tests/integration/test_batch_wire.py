@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from crc32c import crc32c
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from strait.demo import create_topic
 from strait.sandbox import Sandbox
 from strait.worker.batch.compat import DestinationTopic, Mode, Reason
-from strait.worker.batch.records import Codec, split_batches
+from strait.worker.batch.records import TIMESTAMP_TYPE_FLAG, Codec, TimestampType, rewrite, split_batches
 from strait.worker.batch.wire import BrokerLink, copy_partition
 
 pytestmark = pytest.mark.integration
@@ -92,7 +94,7 @@ def payload(rows: list[Row]) -> list[tuple[Any, ...]]:
     return [(k, v, h, ts) for k, v, h, ts, _ in rows]
 
 
-@pytest.mark.parametrize("codec", ["lz4", "none"])
+@pytest.mark.parametrize("codec", ["lz4", "none", "gzip", "zstd"])
 def test_batches_copied_bit_for_bit(sandbox: Sandbox, links: tuple[BrokerLink, BrokerLink], codec: str) -> None:
     src_props, dst_props = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
     topic = f"batch-{codec}-{uid()}"
@@ -103,7 +105,7 @@ def test_batches_copied_bit_for_bit(sandbox: Sandbox, links: tuple[BrokerLink, B
 
     fetched = src.fetch(src.leader(topic, 0), topic, 0, 0)
     first = split_batches(fetched.records).batches
-    assert first and {b.codec for b in first} == {Codec.LZ4 if codec == "lz4" else Codec.NONE}
+    assert first and {b.codec for b in first} == {Codec[codec.upper()]}
 
     stats = copy_partition(src, dst, topic, 0, max_bytes=64 * 1024)
     assert stats.decision is not None and stats.decision.mode is Mode.BATCH
@@ -167,3 +169,68 @@ def test_destination_recompressing_falls_back_to_record_mode(
     stats = copy_partition(src, dst, topic, 0, destination_config=DestinationTopic("zstd"))
     assert stats.decision is not None and stats.decision.reason is Reason.CODEC_MISMATCH
     assert stats.records_produced == 0 and read_all(dst_props, topic) == []
+
+
+def test_log_append_time_source_falls_back_to_record_mode(
+    sandbox: Sandbox, links: tuple[BrokerLink, BrokerLink]
+) -> None:
+    src_props, dst_props = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    topic = f"batch-lat-{uid()}"
+    create_topic(src_props, topic, 1, {"message.timestamp.type": "LogAppendTime"})
+    create_topic(dst_props, topic, 1)
+    produce_mixed(src_props, topic, 50, "lz4", seed=4)
+    src, dst = links
+    stats = copy_partition(src, dst, topic, 0)
+    assert stats.decision is not None and stats.decision.reason is Reason.LOG_APPEND_TIME
+    assert stats.records_produced == 0
+
+
+def raw_batch(deltas: list[int], codec: int, attributes: int = 0) -> bytes:
+    now = int(time.time() * 1000)
+    builder = DefaultRecordBatchBuilder(2, codec, False, -1, -1, -1, 1 << 20)
+    for i, delta in enumerate(deltas):
+        builder.append(delta, now - 10_000 + i, b"k%d" % i, b"v" * 200, [])
+    raw = bytearray(builder.build())
+    if attributes:
+        raw[21:23] = (int.from_bytes(raw[21:23], "big") | attributes).to_bytes(2, "big")
+        raw[17:21] = crc32c(bytes(raw[21:])).to_bytes(4, "big")
+    return bytes(raw)
+
+
+@pytest.mark.parametrize(
+    ("deltas", "codec", "attributes", "accepted"),
+    [
+        ([0, 1, 2], 0, 0, True),
+        ([0, 2, 5], 0, 0, False),  # compacted: offsets missing inside the batch
+        ([0, 2, 5], 1, 0, False),
+        ([0, 1, 2], 1, TIMESTAMP_TYPE_FLAG, True),  # accepted, but stored as CreateTime
+    ],
+    ids=["contiguous", "gap-none", "gap-gzip", "log-append-time"],
+)
+def test_broker_rules_behind_the_fallbacks(
+    sandbox: Sandbox,
+    links: tuple[BrokerLink, BrokerLink],
+    deltas: list[int],
+    codec: int,
+    attributes: int,
+    accepted: bool,
+) -> None:
+    """What a real destination broker does with batches that compat.decide_mode keeps in record mode."""
+    _, dst = links
+    topic = f"batch-rule-{uid()}"
+    create_topic(sandbox.clusters["dst"].props(), topic, 1)
+    [batch] = split_batches(raw_batch(deltas, codec, attributes)).batches
+    identity = dst.init_producer_id()
+    out = rewrite(batch, producer_id=identity.producer_id, producer_epoch=identity.epoch, base_sequence=0)
+    leader = dst.leader(topic, 0)
+    result = dst.produce(leader, {(topic, 0): out})[(topic, 0)]
+    stored = split_batches(dst.fetch(leader, topic, 0, 0).records).batches
+    if not accepted:
+        assert result.error_code == 87 and stored == []  # INVALID_RECORD
+        return
+    assert result.error_code == 0
+    [copy] = stored
+    assert bytes(copy.payload()) == bytes(batch.payload())
+    # The broker sets the timestamp type from the topic's config: a LogAppendTime batch becomes
+    # CreateTime with the records' own (producer) times, not what a source consumer saw.
+    assert copy.timestamp_type is TimestampType.CREATE_TIME and copy.max_timestamp == batch.max_timestamp
