@@ -16,3 +16,4 @@ def test_blob_of_lz4_batches() -> None:
 def test_quick_run_prints_tables() -> None:
     out = bench.run(min_seconds=0.01, blob_bytes=64 * 1024, quick=True)
     assert "| 1,024 B |" in out and "pure Python MB/s" in out and "MB/s per core" in out
+    assert "ProduceRequest build + encode" in out

@@ -4,7 +4,9 @@
 
 - CRC-32C: the C-backed ``crc32c`` package against kafka-python's pure-Python CRC;
 - MB/s per core of splitting a fetched blob of lz4-marked batches, selecting them and
-  rewriting each one for producing (header fields, new CRC over the whole batch).
+  rewriting each one for producing (header fields, new CRC over the whole batch);
+- kafka-python's part on the way out and in: building and encoding a ProduceRequest per batch,
+  decoding a FetchResponse (sockets not included).
 
 The payloads are random bytes marked lz4 (codec bits): the copier never looks inside a
 compressed payload, so its cost depends on batch sizes only, not on what the bytes are.
@@ -111,6 +113,66 @@ def bench_copy(batch_sizes: list[int], blob_bytes: int, min_seconds: float) -> l
     return rows
 
 
+def bench_protocol(batch_sizes: list[int], min_seconds: float) -> list[str]:
+    """kafka-python's share: building and encoding one ProduceRequest (v9) per batch, and decoding
+    a FetchResponse (v12) that carries 1 MB of batches."""
+    from kafka.protocol.consumer import FetchResponse
+    from kafka.protocol.producer import ProduceRequest
+
+    topic_cls, partition_cls = ProduceRequest.TopicProduceData, ProduceRequest.TopicProduceData.PartitionProduceData
+    rows = [
+        "| batch size | ProduceRequest build + encode, µs per request | MB/s per core | FetchResponse decode MB/s |",
+        "| --- | --- | --- | --- |",
+    ]
+    for size in batch_sizes:
+        blob = make_blob(size, max(1024 * 1024, size))
+        batches = [bytes(b.data) for b in split_batches(blob).batches]
+
+        def encode_all(batches: list[bytes] = batches) -> None:
+            for data in batches:
+                request = ProduceRequest(
+                    transactional_id=None,
+                    acks=-1,
+                    timeout_ms=30_000,
+                    topic_data=[topic_cls(name="t", partition_data=[partition_cls(index=0, records=data)])],
+                    version=9,
+                )
+                request.encode(version=9)
+
+        response_cls = FetchResponse.FetchableTopicResponse
+        response = FetchResponse(
+            throttle_time_ms=0,
+            error_code=0,
+            session_id=0,
+            responses=[
+                response_cls(
+                    topic="t",
+                    partitions=[
+                        response_cls.PartitionData(
+                            partition_index=0,
+                            error_code=0,
+                            high_watermark=len(batches),
+                            last_stable_offset=len(batches),
+                            log_start_offset=0,
+                            aborted_transactions=None,
+                            preferred_read_replica=-1,
+                            records=blob,
+                        )
+                    ],
+                )
+            ],
+            version=12,
+        )
+        wire = response.encode(version=12)
+        encode_s, _ = _cpu(encode_all, min_seconds)
+        decode_s, _ = _cpu(lambda w=wire: FetchResponse.decode(w, version=12), min_seconds)  # type: ignore[misc]
+        rows.append(
+            f"| {size:,} B | {encode_s / len(batches) * 1e6:,.1f} | {len(blob) / encode_s / MB:,.0f} "
+            f"| {len(blob) / decode_s / MB:,.0f} |"
+        )
+    return rows
+
+
 def run(*, min_seconds: float = 1.0, blob_bytes: int = 1024 * 1024, quick: bool = False) -> str:
     crc_sizes = [1024, 65536] if quick else [1024, 16384, 1024 * 1024]
     batch_sizes = [1024] if quick else [1024, 16384, 65536, 1024 * 1024]
@@ -119,6 +181,10 @@ def run(*, min_seconds: float = 1.0, blob_bytes: int = 1024 * 1024, quick: bool 
         f"split + select + rewrite + CRC of lz4 batches, fetched blobs of {blob_bytes / MB:.1f} MB, one core:",
         "",
         *bench_copy(batch_sizes, blob_bytes, min_seconds),
+        "",
+        "kafka-python protocol classes, one core (one partition per produce request):",
+        "",
+        *bench_protocol(batch_sizes, min_seconds),
         "",
         f"load average when run: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores",
     ]
