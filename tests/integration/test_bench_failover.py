@@ -2,8 +2,9 @@
 take minutes on two cores: that comparison is the on-demand `strait bench failover`).
 
 A small topic is copied by a real controller and worker; a group consumes part of each partition
-on the source, fails over with `strait failover`, and resumes on the destination: it must read
-nothing again and skip nothing, in every partition.
+on the source; the controller's group sync (the route's `groups`) writes its translated offsets to
+the destination, `strait failover` must find the same, and the group resumes on the destination:
+it must read nothing again and skip nothing, in every partition.
 """
 
 from __future__ import annotations
@@ -37,3 +38,8 @@ def test_a_group_failed_over_by_strait_re_reads_and_skips_nothing(sandbox: Sandb
         assert row["first_seq"] == row["source_committed"], (p, row)
         assert row["re_read"] == 0 and row["skipped"] == 0, (p, row)
     assert (run["re_read"], run["skipped"]) == (0, 0)
+    # The offsets came from the controller's continuous group sync (the route's `groups`), and the
+    # one-shot failover run after it found exactly the same.
+    assert run["translation"]["partitions_with_offsets"] == 3
+    assert run["failover_equals_sync"] is True
+    assert all(row["synced"] == row["destination_committed"] for row in run["per_partition"].values())

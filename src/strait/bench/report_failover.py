@@ -13,10 +13,11 @@ _METHOD = (
     "dedicated-mode node, tasks.max=1, with `emit.offset-syncs.enabled`, `offset.lag.max=100` (its default), "
     "`emit.checkpoints.enabled` and `sync.group.offsets.enabled` every 1 s, `refresh.groups.interval.seconds=2`). "
     "A consumer group then reads each partition on the source to a different depth (1.3 % to 99.5 % of it), "
-    "committing every 500 records and at its last one, and stops. Strait: `strait failover` (plan, then commit "
-    "to the group on the destination). MM2: its checkpoint connector writes the group's translated offsets to the "
-    "same group on the target (the group is inactive there); waited for until every partition has one and none "
-    "changed for 5 s. The replicator stops, and a consumer of the group on the destination resumes from the "
+    "committing every 500 records and at its last one, and stops. Each system's continuous group sync then writes "
+    "the group's translated offsets to the same group on the destination (the group is inactive there), waited for "
+    "until every partition has one and none changed for 5 s: Strait's route `groups` (the leader controller, every "
+    "1 s), MM2's checkpoint connector. For Strait, `strait failover` (plan, then commit) runs after it and must find "
+    "the same offsets. The replicator stops, and a consumer of the group on the destination resumes from the "
     "group's committed offsets (earliest where there is none) and reads to the end. Re-read = records it had "
     "already consumed on the source; skipped = records after its source position it never reads (each record "
     "carries its source partition and sequence number)."
@@ -31,6 +32,14 @@ _READING = (
     "so a group far behind the copy's head gets a coarse, older offset (KAFKA-14666, KIP-1292). MirrorMaker rounds "
     "down, never up, so it re-reads rather than skips."
 )
+
+
+def _failover_check(doc: dict[str, Any]) -> str:
+    for run in doc.get("runs", []):
+        if run.get("system") == "strait" and "failover_equals_sync" in run:
+            same = "the same offsets" if run["failover_equals_sync"] else "different offsets (see the result file)"
+            return f" Strait's one-shot `strait failover` after its group sync found {same}."
+    return ""
 
 
 def _from_start(doc: dict[str, Any]) -> str:
@@ -94,7 +103,7 @@ def render(doc: dict[str, Any]) -> list[str]:
         f"Ratio Strait / MM2 of records re-read: {_n(ratios.get('re_read'), 3)}; skipped: "
         f"{_n(ratios.get('skipped'), 3)} (— when MM2's figure is 0).",
         "",
-        _READING + _from_start(doc),
+        _READING + _from_start(doc) + _failover_check(doc),
     ]
     if detail:
         lines += [

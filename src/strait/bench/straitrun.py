@@ -35,11 +35,15 @@ def render_config(
     api_token: str,
     session_timeout_s: float,
     delivery: str | None = None,
+    groups: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The configuration every node of the run reads (``delivery``: the route's, when not the default)."""
+    """The configuration every node of the run reads (``delivery``: the route's, when not the
+    default; ``groups``: the route's consumer-group sync, when wanted)."""
     route: dict[str, Any] = {"name": "bench", "source": "src", "destination": "dst"}
     if delivery is not None:
         route["delivery"] = delivery
+    if groups is not None:
+        route["groups"] = dict(groups)
     return {
         "zookeeper": {"connect": zookeeper, "root": root, "session_timeout_s": session_timeout_s},
         "clusters": {"src": dict(src_props), "dst": dict(dst_props)},
@@ -65,6 +69,7 @@ class StraitReplicator:
         session_timeout_s: float = 10.0,
         start_timeout_s: float = 60.0,
         delivery: str | None = None,
+        groups: Mapping[str, Any] | None = None,
     ) -> None:
         self.parallelism = workers
         self.delivery = delivery
@@ -88,6 +93,7 @@ class StraitReplicator:
             api_token=self._token,
             session_timeout_s=session_timeout_s,
             delivery=delivery,
+            groups=groups,
         )
         self._config_path = self._workdir / f"strait-{self._run_id}.yaml"
         self._procs: dict[str, subprocess.Popen[bytes]] = {}

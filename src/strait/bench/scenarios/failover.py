@@ -3,9 +3,10 @@
 Per system, on its own fresh topic: the topic is pre-filled and copied in full; then a consumer
 group consumes part of each partition on the source (different depths, committing every
 ``commit_every`` records and at its last record) and stops. The group's offsets reach the
-destination through
+destination through each system's continuous group sync:
 
-- Strait: ``strait failover`` (plan and apply), the exact translation through the offset map;
+- Strait: the route's ``groups`` (the leader translates exactly through the offset map every
+  1 s); then ``strait failover`` (plan and apply) is run too and must find the same offsets;
 - MirrorMaker 2: its checkpoint connector (``emit.checkpoints.enabled``, offset syncs every
   ``offset.lag.max`` records, ``sync.group.offsets.enabled`` with a 1 s interval), which writes
   the translated offsets to the same group on the target while the group is inactive there.
@@ -124,7 +125,11 @@ def _failover_run(
     counts = workload.prefill(bench.src, topic, partitions, records, size)
     totals = {p: counts[(topic, p)] for p in range(partitions)}
     replicator = bench.replicator(
-        system, run_dir, parallelism=1, mm2_extra=mm2_extra(group) if system == "mm2" else None
+        system,
+        run_dir,
+        parallelism=1,
+        mm2_extra=mm2_extra(group) if system == "mm2" else None,
+        strait_groups={"include": [re.escape(group)], "interval_s": 1} if system == "strait" else None,
     )
     result: dict[str, Any] = {"system": system, "replicator": replicator.describe(), "logs": str(run_dir)}
 
@@ -135,21 +140,25 @@ def _failover_run(
             stops = stop_offsets(totals)
             _consume_on_source(bench.src, group, topic, stops, commit_every)
             committed_at = time.monotonic()
-            detail: Any
-            if system == "strait":
-                translated, detail = _strait_failover(bench, group, partitions)
-            else:
-                translated, detail = _mm2_synced(bench.dst, group, topic, partitions, mm2_wait_s)
+            # Both systems' continuous group sync (Strait: the route's `groups`, run by the leader).
+            translated, detail = _synced(bench.dst, group, topic, partitions, mm2_wait_s)
             result["translated_after_s"] = round(time.monotonic() - committed_at, 2)
             result["translation"] = detail
+            if system == "strait":
+                # And the one-shot `strait failover`: the same exact offsets (it commits only
+                # what would move the group forward, so nothing here).
+                planned, result["failover"] = _strait_failover(bench, group, partitions)
+                result["failover_equals_sync"] = planned == translated
         # The replicator is stopped: the source is gone; the group resumes on the destination.
         per_partition: dict[int, dict[str, Any]] = {}
-        for p, seqs in _resume_on_destination(bench.dst, group, topic, partitions).items():
+        committed, read = _resume_on_destination(bench.dst, group, topic, partitions)
+        for p, seqs in read.items():
             row = count_resume(stops[p], totals[p], seqs)
             per_partition[p] = {
                 "records": totals[p],
                 "source_committed": stops[p],
-                "destination_committed": translated.get(p),
+                "destination_committed": committed.get(p),
+                "synced": translated.get(p),
                 **row,
             }
         result.update(
@@ -217,11 +226,12 @@ def _strait_failover(bench: Bench, group: str, partitions: int) -> tuple[dict[in
     return offsets, [p.as_dict() for p in planned]
 
 
-def _mm2_synced(
+def _synced(
     props: Mapping[str, Any], group: str, topic: str, partitions: int, wait_s: float
 ) -> tuple[dict[int, int], dict[str, Any]]:
-    """MirrorMaker's synced offsets of the group on the destination, once every partition has one
-    and none changed for 5 s (or ``wait_s`` passed: partitions without one stay untranslated)."""
+    """The group's offsets on the destination as the replicator's group sync wrote them, once every
+    partition has one and none changed for 5 s (or ``wait_s`` passed: partitions without one stay
+    untranslated)."""
     reader = clients.consumer(props, **{"group.id": group, "enable.auto.commit": False})
     deadline = time.monotonic() + wait_s
     last: dict[int, int] = {}
@@ -247,9 +257,12 @@ def _mm2_synced(
     }
 
 
-def _resume_on_destination(props: Mapping[str, Any], group: str, topic: str, partitions: int) -> dict[int, list[int]]:
+def _resume_on_destination(
+    props: Mapping[str, Any], group: str, topic: str, partitions: int
+) -> tuple[dict[int, int], dict[int, list[int]]]:
     """The group's consumer on the destination: from its committed offsets (earliest without one)
-    to the end of each partition; the source sequence numbers it reads, per partition."""
+    to the end of each partition. Returns the committed offsets it found, and the source sequence
+    numbers it reads, per partition."""
     consumer = clients.consumer(props, **{"group.id": group, "enable.auto.commit": False})
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     committed = consumer.committed(tps, timeout=15)
@@ -273,4 +286,4 @@ def _resume_on_destination(props: Mapping[str, Any], group: str, topic: str, par
                     seqs[p].append(stamp.seq)
     finally:
         consumer.close()
-    return seqs
+    return {p: o for p, o in start.items() if o >= 0}, seqs

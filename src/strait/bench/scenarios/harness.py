@@ -89,9 +89,11 @@ class Bench:
         mm2_rebalance_delay_ms: int = 10_000,
         delivery: str | None = None,
         mm2_extra: Mapping[str, str] | None = None,
+        strait_groups: Mapping[str, Any] | None = None,
     ) -> Replicator:
         """``delivery`` (Strait only) sets the route's ``delivery``; None leaves the default.
-        ``mm2_extra`` (MirrorMaker only): properties set over the rendered ``mm2.properties``."""
+        ``mm2_extra`` (MirrorMaker only): properties set over the rendered ``mm2.properties``;
+        ``strait_groups`` (Strait only): the route's ``groups`` (consumer-group offset sync)."""
         if system == "strait":
             return StraitReplicator(
                 zookeeper=self.sandbox.zookeeper,
@@ -102,6 +104,7 @@ class Bench:
                 compression=compression,
                 session_timeout_s=self.session_timeout_s,
                 delivery=delivery,
+                groups=strait_groups,
             )
         if delivery is not None:
             raise ValueError("delivery modes are Strait's: MirrorMaker 2 runs with its defaults")
