@@ -90,17 +90,19 @@ def assign(
             owned[owner].append(key)  # type: ignore[index]
         else:
             unplaced.append(key)
-    return _balance(partitions, owned, unplaced)
+    return _balance(partitions, owned, unplaced, len(partitions))
 
 
-def _balance(partitions: Mapping[K, float], owned: dict[str, list[K]], unplaced: list[K]) -> dict[K, str]:
-    """`assign` once each partition is with its live owner (`owned`, every worker a key) or in
-    `unplaced`; `owned` and `unplaced` are consumed."""
+def _balance(rates: Mapping[K, float], owned: dict[str, list[K]], unplaced: list[K], total: int) -> dict[K, str]:
+    """`assign` once each of `total` partitions is with its live owner (`owned`, every worker a
+    key) or in `unplaced`; `rates` has (at least) their bytes/s. `owned` and `unplaced` are
+    consumed."""
+    partitions = rates
     live = sorted(owned)
-    quota = Quota.of(len(partitions), len(live))
+    quota = Quota.of(total, len(live))
 
     def load(worker: str) -> float:
-        return sum(partitions[k] for k in owned[worker])
+        return sum(map(partitions.__getitem__, owned[worker]))
 
     def shed(worker: str, count: int) -> None:
         gone = _heaviest_first(owned[worker], partitions)[:count]
@@ -263,9 +265,11 @@ def assign_pools(
     # Stage 2: inside each pool.
     owners: dict[K, str] = {}
     for pool, pool_workers in members.items():
-        owned: dict[str, list[K]] = {w: [k for keys in kept[w].values() for k in keys] for w in pool_workers}
+        owned: dict[str, list[K]] = {
+            w: kept[w].popitem()[1] if len(kept[w]) == 1 else [k for keys in kept[w].values() for k in keys]
+            for w in pool_workers
+        }
         unplaced = [k for (_, p), keys in placed.items() if p == pool for k in keys]
-        rates = {k: partitions[k] for keys in owned.values() for k in keys}
-        rates.update((k, partitions[k]) for k in unplaced)
-        owners.update(_balance(rates, owned, unplaced))
+        total = sum(map(len, owned.values())) + len(unplaced)
+        owners.update(_balance(partitions, owned, unplaced, total))
     return Placement(owners=owners, stranded=stranded)
