@@ -100,3 +100,29 @@ def test_a_worker_fenced_while_live_is_not_fenced_again_on_every_turn(monkeypatc
     fencer.forget({"w2"})
     fencer.forget({"w1", "w2"})
     assert not fencer.fenced("w1", EOS)
+
+
+def test_a_partition_written_unowned_waits_for_the_fence_of_its_last_writer() -> None:
+    # The 30-minute chaos run: a hand-over wrote the partition as unowned, its old owner's
+    # session then ended while it still copied, and the partition went to a new owner unfenced.
+    fake = FakeFence()
+    fencer = Fencer({EOS: {}}, lambda: None, fence_fn=fake)
+    key = PartitionKey(EOS, "t", 0)
+    plan = {key: "w2"}
+    # w1 is dead: the partition stays unowned until w1 is fenced.
+    result, parked = park_until_fenced(plan, {key: None}, {key: None}, {"w2"}, fencer, releasing={key: "w1"})
+    assert result == {key: None} and parked == 1
+    assert _settle(fencer, "w1", EOS)
+    result, parked = park_until_fenced(plan, {key: None}, {key: None}, {"w2"}, fencer, releasing={key: "w1"})
+    assert result == plan and parked == 0
+    # A live last writer that let go is trusted; one the loop stopped waiting for is fenced.
+    other = FakeFence()
+    fencer = Fencer({EOS: {}}, lambda: None, fence_fn=other)
+    live = {"w1", "w2"}
+    result, _ = park_until_fenced(plan, {key: None}, {key: None}, live, fencer, releasing={key: "w1"})
+    assert result == plan and other.calls == []
+    result, parked = park_until_fenced(
+        plan, {key: None}, {key: None}, live, fencer, releasing={key: "w1"}, untrusted_holders={key: "w1"}
+    )
+    assert result == {key: None} and parked == 1
+    assert _settle(fencer, "w1", EOS) and len(other.calls) == 1

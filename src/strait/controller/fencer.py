@@ -128,20 +128,42 @@ def park_until_fenced(
     trusted_from: Mapping[PartitionKey, str | None],
     live: set[str],
     fencer: Fencer,
+    *,
+    releasing: Mapping[PartitionKey, str] | None = None,
+    untrusted_holders: Mapping[PartitionKey, str] | None = None,
 ) -> tuple[dict[PartitionKey, str | None], int]:
     """Keep exactly-once partitions with their last writer until that writer is fenced.
 
     A partition needs a fence when it moves away from a writer the loop no longer trusts to have
     let go: one that is not live, or whose claim healing voided (``trusted_from`` no longer names
-    it). Such partitions stay written to the old writer meanwhile. Returns the plan and how many
-    partitions are parked.
+    it). Such partitions stay written to the old writer meanwhile.
+
+    A partition written as unowned (``None``) is being handed over: ``releasing`` names its last
+    writer, as far as this leader knows. Written ``None``, the assignment no longer says who
+    that was, and the 30-minute chaos run found the gap: the last writer's session ended (or
+    healing stopped waiting for it) while it still copied, and the partition went to a new
+    owner unfenced, two writers at once. So it too is fenced first when it is not live, or when
+    it still holds the partition but the loop stopped waiting for it (``untrusted_holders``).
+    Returns the plan and how many partitions are parked.
     """
     routes = fencer.routes
     result = dict(plan)
     parked = 0
     for key, target in plan.items():
+        if key.route not in routes:
+            continue
         previous = written.get(key)
-        if previous is None or previous == target or key.route not in routes:
+        if previous is None:
+            last = (releasing or {}).get(key)
+            if last is None or last == target:
+                continue
+            if last in live and (untrusted_holders or {}).get(key) != last:
+                continue  # it lets go by itself; the plan waits while it holds the partition
+            if not fencer.fenced(last, key.route):
+                result[key] = None
+                parked += 1
+            continue
+        if previous == target:
             continue
         if previous in live and trusted_from.get(key) == previous:
             continue  # a clean hand-over: the old owner commits its transaction when it revokes

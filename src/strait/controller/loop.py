@@ -64,6 +64,7 @@ class Controller:
         self._stop = threading.Event()
         self._next_refresh = 0.0
         self._targets: dict[PartitionKey, str] = {}
+        self._last_writer: dict[PartitionKey, str] = {}  # who wrote each partition last (this leader)
         self._rates = RateTracker()
         self.cycles = 0
         exactly_once = {r.name: config.clusters[r.destination] for r in config.routes if r.delivery == "exactly-once"}
@@ -223,9 +224,25 @@ class Controller:
                 )
         plan = plan_handover(desired, handover_from, holding)
         parked = 0
+        # Who wrote each partition last, as far as this leader knows: a partition written as
+        # unowned during a hand-over no longer says (see park_until_fenced).
+        for key, owner in written.items():
+            if owner is not None:
+                self._last_writer[key] = owner
+        for key, owner in holder.items():
+            self._last_writer.setdefault(key, owner)
         if self.fencer is not None:
             self.fencer.forget(live)
-            plan, parked = park_until_fenced(plan, written, handover_from, set(live), self.fencer)
+            steered = {key for keys in holding.values() for key in keys}
+            plan, parked = park_until_fenced(
+                plan,
+                written,
+                handover_from,
+                set(live),
+                self.fencer,
+                releasing={k: self._last_writer[k] for k in plan if written.get(k) is None and k in self._last_writer},
+                untrusted_holders={k: w for k, w in holder.items() if k not in steered},
+            )
         self._targets = dict(desired)
         if dict(plan) != dict(written):
             if self.store.write_assignment(plan, snapshot.assignment.version):
