@@ -286,7 +286,7 @@ class StraitConfig(_Model):
         unknown = self.balance.unknown_clusters(self.clusters)
         if unknown:
             raise ValueError(
-                f"balance.capacities: unknown cluster(s) {', '.join(unknown)} "
+                f"balance.capacities/disk_classes: unknown cluster(s) {', '.join(unknown)} "
                 f"(clusters: {', '.join(sorted(self.clusters)) or 'none'})"
             )
         return self

@@ -4,7 +4,10 @@ replicas that fit their budget)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from typer.testing import CliRunner
 
 from strait.balancer import operations
 from strait.balancer.goals import Goals
@@ -15,6 +18,9 @@ from strait.balancer.synthetic import Shape, generate
 from strait.balancer.synthetic import traffic as synthetic_traffic
 from strait.balancer.tiers import DiskClasses
 from strait.balancer.traffic import Rate, Traffic
+from strait.cli.balance import app
+from strait.cli.balance_args import CliError, parse_disk_classes, target, traffic_window
+from strait.config import ConfigError, parse_config
 
 GOALS = Goals(threshold=0.10, capacity_limit=0.90)
 CLASSES = DiskClasses.of({"/data/d0": "ssd", "/data/d*": "hdd"})
@@ -108,3 +114,57 @@ def test_hot_replicas_end_on_ssd_when_there_is_room() -> None:
     for key in t.rates:
         p = after.partitions[key]
         assert set(p.dirs) == {"/data/d0"}, p
+
+
+# ---- configuration file and command line ---------------------------------------------------------
+
+
+def _config(tmp_path: Path, balance: str) -> Path:
+    path = tmp_path / "strait.yaml"
+    path.write_text(
+        "clusters:\n  big: {bootstrap.servers: '127.0.0.1:1'}\n"
+        "routes: [{name: r, source: big, destination: big}]\n" + balance
+    )
+    return path
+
+
+def test_disk_classes_from_the_file_with_flags_over_them(tmp_path: Path) -> None:
+    path = _config(tmp_path, "balance:\n  disk_classes:\n    big:\n      '/data/ssd*': SSD\n      '*': hdd\n")
+    where = target(None, "big", path, None, ["/data/ssd1=hdd", "2:/x=ssd"])
+    assert where.classes.class_of(1, "/data/ssd0") == "ssd"
+    assert where.classes.class_of(1, "/data/ssd1") == "hdd"
+    assert where.classes.class_of(2, "/x") == "ssd" and where.classes.class_of(1, "/x") == "hdd"
+    assert not target("h:9", None, None).classes
+
+
+@pytest.mark.parametrize(
+    ("balance", "needle"),
+    [
+        ({"disk_classes": {"big": {"/d": "tape"}}}, "must be one of ssd, hdd"),
+        ({"disk_classes": {"big": {"d": "ssd"}}}, "'d'"),
+        ({"disk_classes": {"nope": {"/d": "ssd"}}}, "nope"),
+    ],
+)
+def test_bad_disk_classes_in_the_file_are_refused_at_load(balance: dict[str, object], needle: str) -> None:
+    base = {
+        "clusters": {"big": {"bootstrap.servers": "x:1"}},
+        "routes": [{"name": "r", "source": "big", "destination": "big"}],
+    }
+    with pytest.raises(ConfigError, match="balance") as info:
+        parse_config({**base, "balance": balance}, {})
+    assert needle in str(info.value)
+
+
+def test_bad_flags_are_refused_before_connecting() -> None:
+    with pytest.raises(CliError, match="DIR_GLOB=ssd"):
+        parse_disk_classes(["ssd"])
+    with pytest.raises(CliError, match="must be one of"):
+        parse_disk_classes(["/d=flash"])
+    assert parse_disk_classes(["/d=SSD"]) == {"/d": "ssd"}
+    assert traffic_window(None, DiskClasses()) == 0.0
+    assert traffic_window(None, DiskClasses.of({"/d": "ssd"})) == 10.0
+    assert traffic_window(3.5, DiskClasses()) == 3.5
+    with pytest.raises(CliError, match="--traffic-window"):
+        traffic_window(-1, DiskClasses())
+    result = CliRunner().invoke(app, ["tiers", "--bootstrap", "127.0.0.1:1"])
+    assert result.exit_code == 2 and "no disk classes" in result.stderr

@@ -31,7 +31,7 @@ from strait.balancer.loads import attach, balance_net_in
 from strait.balancer.model import ClusterModel
 from strait.balancer.plan import Plan, apply, diff, disk_key
 from strait.balancer.tiers import DiskClasses, place_tiers
-from strait.balancer.traffic import Traffic
+from strait.balancer.traffic import RESOURCES, Traffic, broker_loads
 from strait.balancer.traffic import spreads as traffic_spreads
 
 
@@ -162,6 +162,10 @@ def _finish(
         stats["traffic_window_s"] = round(traffic.window_s, 3)
         stats["traffic_spread_before"] = traffic_spreads(model, traffic, excluded)
         stats["traffic_spread_after"] = traffic_spreads(after, traffic, excluded)
+        old, new = broker_loads(model, traffic), broker_loads(after, traffic)
+        stats["traffic_brokers"] = {
+            res: {str(b): [round(old[res][b], 3), round(new[res][b], 3)] for b in model.brokers} for res in RESOURCES
+        }
     return Plan(
         operation=operation,
         moves=tuple(moves),

@@ -7,10 +7,14 @@
           "/data/ssd*": 2TB    # dirs matching a glob, on any broker
           3: 4TB               # every dir of broker 3
           "3:/data/d1": 1TB    # one dir of one broker
+      disk_classes:            # storage tiers, per cluster (`strait.balancer.tiers`)
+        big:
+          "/data/ssd*": ssd
+          "*": hdd
 
-Rule keys and precedence are described in `strait.balancer.capacity`; `--capacity` on the
-command line overrides these rules dir by dir. Everything is checked when the file is loaded, and
-an error names the cluster and the key.
+Rule keys and precedence are described in `strait.balancer.capacity` (the same for disk
+classes); `--capacity` and `--disk-class` on the command line override these rules dir by dir.
+Everything is checked when the file is loaded, and an error names the cluster and the key.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from strait.balancer.capacity import Capacities, parse_key, parse_size, rules_of
+from strait.balancer.tiers import DiskClasses, class_rules
 
 Bytes = Annotated[int, BeforeValidator(parse_size)]
 
@@ -31,8 +36,9 @@ class BalanceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     capacities: dict[str, dict[str, Bytes]] = Field(default_factory=dict)
+    disk_classes: dict[str, dict[str, str]] = Field(default_factory=dict)
 
-    @field_validator("capacities", mode="before")
+    @field_validator("capacities", "disk_classes", mode="before")
     @classmethod
     def _keys_as_text(cls, value: Any) -> Any:
         # YAML reads `3: 2TB` with an int key; rule keys are text.
@@ -60,10 +66,24 @@ class BalanceConfig(BaseModel):
                 raise ValueError(f"{name}: {exc}") from None
         return value
 
+    @field_validator("disk_classes")
+    @classmethod
+    def _known_classes(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        for name, rules in value.items():
+            try:
+                class_rules(rules)
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+        return {name: {k: v.strip().lower() for k, v in rules.items()} for name, rules in value.items()}
+
+    def classes_of(self, cluster: str) -> DiskClasses:
+        """The configured disk classes of `cluster` (none: an empty `DiskClasses`)."""
+        return DiskClasses.of(self.disk_classes.get(cluster))
+
     def capacities_of(self, cluster: str) -> Capacities:
         """The configured capacity rules of `cluster` (none: an empty `Capacities`)."""
         return Capacities.of(self.capacities.get(cluster))
 
     def unknown_clusters(self, clusters: Collection[str]) -> list[str]:
-        """Cluster names under `balance.capacities` that `clusters:` does not define."""
-        return sorted(set(self.capacities) - set(clusters))
+        """Cluster names under `balance.capacities` or `balance.disk_classes` that `clusters:` does not define."""
+        return sorted((set(self.capacities) | set(self.disk_classes)) - set(clusters))

@@ -4,7 +4,9 @@ Dry run is the default: `plan`, `drain`, `fill`, `fix-racks` and `leaders` only 
 would do unless given `--execute`; `execute` runs a saved plan (`--plan FILE`) or a fresh
 rebalance. Execution state lives in the cluster, so `status` and `cancel` work from anywhere
 with just `--bootstrap`. Disk capacities come from `--capacity` and from `balance.capacities`
-in the configuration file (`--cluster NAME --config FILE`), the flags overriding the file.
+in the configuration file (`--cluster NAME --config FILE`), the flags overriding the file; disk
+classes (tiers) likewise from `--disk-class` and `balance.disk_classes`. With `--traffic-window`
+each partition's write and read rates are measured first (`strait.balancer.sampler`).
 
 Shared options and their parsing are in `balance_args`, tables and progress in `balance_view`.
 """
@@ -13,9 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -23,7 +23,6 @@ from strait.balancer import executor as execution
 from strait.balancer import operations
 from strait.balancer.gateway import KafkaGateway
 from strait.balancer.goals import Goals
-from strait.balancer.model import ClusterModel
 from strait.balancer.plan import Plan
 from strait.balancer.service import spawn_runner
 from strait.balancer.state import StateStore
@@ -34,6 +33,7 @@ from strait.cli.balance_args import (
     CLUSTER,
     CONFIG,
     DETACH,
+    DISK_CLASS,
     EXECUTE,
     JSON,
     MAX_BROKER_IN,
@@ -45,6 +45,8 @@ from strait.cli.balance_args import (
     OUT,
     THRESHOLD,
     THROTTLE,
+    TRAFFIC_THRESHOLD,
+    TRAFFIC_WINDOW,
     CliError,
     guard,
     out,
@@ -52,81 +54,13 @@ from strait.cli.balance_args import (
 )
 from strait.cli.balance_args import goals as make_goals
 from strait.cli.balance_args import options as make_options
-from strait.cli.balance_view import drive, show_plan, show_snapshot
+from strait.cli.balance_planning import load, planning_command, run
+from strait.cli.balance_view import drive, show_snapshot
 
 app = typer.Typer(
     help="Balance disks, brokers, racks and leaders of one cluster by moving partitions.",
     no_args_is_help=True,
 )
-
-
-# ---- running ------------------------------------------------------------------------------------
-
-
-def _run(
-    props: dict[str, Any],
-    gateway: KafkaGateway,
-    plan: Plan,
-    options: execution.Options,
-    *,
-    detach: bool,
-    as_json: bool,
-) -> int:
-    if not plan.moves:
-        if as_json:
-            typer.echo(json.dumps({"status": "done", "moves": 0}))
-        else:
-            out.print("nothing to do: the plan has no moves")
-        return 0
-    store = StateStore(props)
-    runner = execution.start(gateway, store, plan, options)
-    if detach:
-        pid = spawn_runner(props, runner.id)
-        if as_json:
-            typer.echo(json.dumps({"execution": runner.id, "pid": pid, "status": "started"}))
-        else:
-            out.print(
-                f"execution {runner.id} started in the background (pid {pid}); "
-                "follow it with `strait balance status`, stop it with `strait balance cancel`"
-            )
-        return 0
-    return drive(runner, as_json=as_json)
-
-
-# ---- commands -----------------------------------------------------------------------------------
-
-
-def _planning_command(
-    operation: Callable[[ClusterModel, Goals], Plan],
-    bootstrap: str | None,
-    cluster: str | None,
-    config: Path | None,
-    capacity: list[str] | None,
-    goals: Goals,
-    as_json: bool,
-    out_file: Path | None,
-    execute: bool,
-    throttle: str | None,
-    mode: str,
-    detach: bool,
-    caps: tuple[int, int, int, int],
-) -> int:
-    where = target(bootstrap, cluster, config, capacity)
-    props = where.props
-    options = make_options(mode, throttle, caps) if execute else None
-    gateway = KafkaGateway(props, where.capacities)
-    try:
-        model = gateway.load_model()
-        plan = operation(model, goals)
-        if not (execute and as_json):
-            show_plan(model, plan, as_json=as_json, out_file=out_file)
-        elif out_file is not None:
-            out_file.write_text(plan.to_json() + "\n")
-        if options is None:
-            return 0
-        return _run(props, gateway, plan, options, detach=detach, as_json=as_json)
-    finally:
-        gateway.close()
 
 
 @app.command("plan")
@@ -135,19 +69,25 @@ def plan_cmd(
     cluster: str | None = CLUSTER,
     config: Path | None = CONFIG,
     capacity: list[str] | None = CAPACITY,
+    disk_class: list[str] | None = DISK_CLASS,
+    traffic_window_s: float | None = TRAFFIC_WINDOW,
     threshold: float = THRESHOLD,
+    traffic_threshold: float = TRAFFIC_THRESHOLD,
     capacity_limit: float = CAPACITY_LIMIT,
     no_leaders: bool = NO_LEADERS,
     as_json: bool = JSON,
     out_file: Path | None = OUT,
 ) -> None:
-    """Plan a rebalance (racks first, then disks of all brokers, then leaders) and show it.
+    """Plan a rebalance and show it, per broker, before -> after: disk, and with a traffic window
+    net in, net out and leader bytes in.
 
-    Refused (exit 2) where dirs of a broker report one filesystem and no capacities size them.
+    Priorities: racks, capacity limit, disk spread, network in, leaders (counts, then leader bytes
+    in), tiers (hot replicas on SSD dirs). Refused (exit 2) where dirs of a broker report one
+    filesystem and no capacities size them.
     """
-    goals = make_goals(threshold, capacity_limit, no_leaders)
+    goals = make_goals(threshold, capacity_limit, no_leaders, traffic_threshold)
     guard(
-        lambda: _planning_command(
+        lambda: planning_command(
             operations.rebalance,
             bootstrap,
             cluster,
@@ -161,6 +101,8 @@ def plan_cmd(
             "pipeline",
             False,
             (8, 2, 2, 2),
+            disk_class,
+            traffic_window_s,
         )
     )
 
@@ -173,7 +115,10 @@ def execute_cmd(
     plan_file: Path | None = typer.Option(None, "--plan", help="A plan written by `plan --out` (default: plan now)."),
     resume: bool = typer.Option(False, "--resume", help="Carry on the unfinished execution recorded in the cluster."),
     capacity: list[str] | None = CAPACITY,
+    disk_class: list[str] | None = DISK_CLASS,
+    traffic_window_s: float | None = TRAFFIC_WINDOW,
     threshold: float = THRESHOLD,
+    traffic_threshold: float = TRAFFIC_THRESHOLD,
     capacity_limit: float = CAPACITY_LIMIT,
     no_leaders: bool = NO_LEADERS,
     throttle: str | None = THROTTLE,
@@ -192,7 +137,7 @@ def execute_cmd(
     """
 
     def go() -> int:
-        where = target(bootstrap, cluster, config, capacity)
+        where = target(bootstrap, cluster, config, capacity, disk_class)
         props = where.props
         caps = (max_in_flight, max_broker_in, max_broker_out, max_disk)
         options = make_options(mode, throttle, caps)
@@ -215,8 +160,10 @@ def execute_cmd(
                     return 0
                 return drive(runner, as_json=as_json)
             if plan is None:
-                plan = operations.rebalance(gateway.load_model(), make_goals(threshold, capacity_limit, no_leaders))
-            return _run(props, gateway, plan, options, detach=detach, as_json=as_json)
+                model, traffic = load(gateway, where, traffic_window_s, quiet=as_json)
+                goals = make_goals(threshold, capacity_limit, no_leaders, traffic_threshold)
+                plan = operations.rebalance(model, goals, traffic, where.classes)
+            return run(props, gateway, plan, options, detach=detach, as_json=as_json)
         finally:
             gateway.close()
 
@@ -309,7 +256,10 @@ def drain_cmd(
     cluster: str | None = CLUSTER,
     config: Path | None = CONFIG,
     capacity: list[str] | None = CAPACITY,
+    disk_class: list[str] | None = DISK_CLASS,
+    traffic_window_s: float | None = TRAFFIC_WINDOW,
     threshold: float = THRESHOLD,
+    traffic_threshold: float = TRAFFIC_THRESHOLD,
     capacity_limit: float = CAPACITY_LIMIT,
     no_leaders: bool = NO_LEADERS,
     as_json: bool = JSON,
@@ -324,10 +274,10 @@ def drain_cmd(
     max_disk: int = MAX_DISK,
 ) -> None:
     """Move every replica off BROKERS (e.g. before decommissioning them)."""
-    goals = make_goals(threshold, capacity_limit, no_leaders)
+    goals = make_goals(threshold, capacity_limit, no_leaders, traffic_threshold)
     guard(
-        lambda: _planning_command(
-            lambda m, g: operations.drain(m, _targets(brokers, "drain"), g),
+        lambda: planning_command(
+            lambda m, g, t, c: operations.drain(m, _targets(brokers, "drain"), g, t, c),
             bootstrap,
             cluster,
             config,
@@ -340,6 +290,8 @@ def drain_cmd(
             mode,
             detach,
             (max_in_flight, max_broker_in, max_broker_out, max_disk),
+            disk_class,
+            traffic_window_s,
         )
     )
 
@@ -367,8 +319,8 @@ def fill_cmd(
     """Move a fair share of data onto BROKERS, and nothing else."""
     goals = make_goals(threshold, capacity_limit, True)
     guard(
-        lambda: _planning_command(
-            lambda m, g: operations.fill(m, _targets(brokers, "fill"), g),
+        lambda: planning_command(
+            lambda m, g, t, c: operations.fill(m, _targets(brokers, "fill"), g, t),
             bootstrap,
             cluster,
             config,
@@ -402,8 +354,8 @@ def fix_racks_cmd(
     """Move replicas so no two replicas of a partition share a rack (as far as racks allow)."""
     goals = make_goals(0.10, capacity_limit, True)
     guard(
-        lambda: _planning_command(
-            operations.fix_racks,
+        lambda: planning_command(
+            lambda m, g, t, c: operations.fix_racks(m, g),
             bootstrap,
             cluster,
             config,
@@ -426,14 +378,16 @@ def leaders_cmd(
     cluster: str | None = CLUSTER,
     config: Path | None = CONFIG,
     capacity: list[str] | None = CAPACITY,
+    traffic_window_s: float | None = TRAFFIC_WINDOW,
     as_json: bool = JSON,
     out_file: Path | None = OUT,
     execute: bool = EXECUTE,
 ) -> None:
-    """Even out preferred leaders (reorder replica lists, no data copied), then elect them."""
+    """Even out preferred leaders (counts, then leader bytes in with a traffic window; replica
+    lists reordered, no data copied), then elect them."""
     guard(
-        lambda: _planning_command(
-            operations.leaders,
+        lambda: planning_command(
+            lambda m, g, t, c: operations.leaders(m, g, t),
             bootstrap,
             cluster,
             config,
@@ -446,5 +400,51 @@ def leaders_cmd(
             "pipeline",
             False,
             (64, 64, 64, 64),
+            None,
+            traffic_window_s,
         )
     )
+
+
+@app.command("tiers")
+def tiers_cmd(
+    bootstrap: str | None = BOOTSTRAP,
+    cluster: str | None = CLUSTER,
+    config: Path | None = CONFIG,
+    capacity: list[str] | None = CAPACITY,
+    disk_class: list[str] | None = DISK_CLASS,
+    traffic_window_s: float | None = TRAFFIC_WINDOW,
+    capacity_limit: float = CAPACITY_LIMIT,
+    as_json: bool = JSON,
+    out_file: Path | None = OUT,
+    execute: bool = EXECUTE,
+    throttle: str | None = THROTTLE,
+    mode: str = MODE,
+    detach: bool = DETACH,
+) -> None:
+    """Only place replicas by tier: each broker's hottest on its SSD dirs (within their capacity
+    budget), the rest on its HDD dirs, by intra-broker moves. Needs disk classes."""
+    goals = make_goals(0.10, capacity_limit, True)
+
+    def go() -> int:
+        if not target(bootstrap, cluster, config, capacity, disk_class).classes:
+            raise CliError("no disk classes: give --disk-class DIR_GLOB=ssd (and =hdd), or balance.disk_classes")
+        return planning_command(
+            lambda m, g, t, c: operations.tiers(m, t, c, g),
+            bootstrap,
+            cluster,
+            config,
+            capacity,
+            goals,
+            as_json,
+            out_file,
+            execute,
+            throttle,
+            mode,
+            detach,
+            (8, 2, 2, 2),
+            disk_class,
+            traffic_window_s,
+        )
+
+    guard(go)

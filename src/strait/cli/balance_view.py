@@ -13,6 +13,7 @@ from strait.balancer import executor as execution
 from strait.balancer.goals import leader_counts
 from strait.balancer.model import ClusterModel
 from strait.balancer.plan import InterBrokerMove, Plan, apply
+from strait.balancer.traffic import RESOURCE_TITLES, RESOURCES
 from strait.balancer.units import human
 from strait.cli.balance_args import out
 
@@ -40,6 +41,7 @@ def show_plan(model: ClusterModel, plan: Plan, *, as_json: bool, out_file: Path 
             f"{before_leaders.get(b, 0)} -> {after_leaders.get(b, 0)}",
         )
     out.print(brokers)
+    _show_traffic(plan)
     disks = Table(title="disks (before -> after)")
     for col in ("broker", "log dir", "capacity", "sized by", "usage"):
         disks.add_column(col, justify="left" if col in ("log dir", "sized by") else "right")
@@ -71,6 +73,30 @@ def show_plan(model: ClusterModel, plan: Plan, *, as_json: bool, out_file: Path 
         out.print(f"[yellow]warning:[/yellow] {w}")
     if not plan.moves:
         out.print("nothing to do: the cluster already meets the goals")
+
+
+def _show_traffic(plan: Plan) -> None:
+    """Per broker, each traffic resource before -> after (bytes/s), when the plan measured traffic."""
+    per_broker = plan.stats.get("traffic_brokers")
+    if not per_broker:
+        return
+    window = plan.stats.get("traffic_window_s", 0)
+    table = Table(title=f"traffic per broker, per second, measured over {window:g}s (before -> after)")
+    table.add_column("broker", justify="right")
+    for res in RESOURCES:
+        table.add_column(RESOURCE_TITLES[res], justify="right")
+    brokers = sorted({int(b) for res in RESOURCES for b in per_broker.get(res, {})})
+    for b in brokers:
+        cells = []
+        for res in RESOURCES:
+            old, new = per_broker.get(res, {}).get(str(b), (0.0, 0.0))
+            cells.append(f"{human(int(old))} -> {human(int(new))}")
+        table.add_row(str(b), *cells)
+    before, after = plan.stats.get("traffic_spread_before", {}), plan.stats.get("traffic_spread_after", {})
+    table.caption = "max-min: " + ", ".join(
+        f"{RESOURCE_TITLES[r]} {human(int(before.get(r, 0)))} -> {human(int(after.get(r, 0)))}" for r in RESOURCES
+    )
+    out.print(table)
 
 
 def drive(runner: execution.Executor, *, as_json: bool) -> int:
