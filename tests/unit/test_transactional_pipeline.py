@@ -326,3 +326,32 @@ def test_a_fenced_pipeline_takes_nothing_back_without_a_confirmed_lease(monkeypa
     pipeline.add(again, 0)
     pipeline._step()
     assert pipeline._producer is fresh and again.error is None
+
+
+def test_a_replacement_producer_takes_the_id_only_with_a_confirmed_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The 30-minute chaos run: a hung call was replaced while the worker's session had just
+    # ended; the new producer took the id and copied on beside the partition's new owner.
+    monkeypatch.setattr(transactional, "HUNG_AFTER_S", 0.2)
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    confirmed = True
+    hang = threading.Event()
+    stuck, replacement = TxnProducer(hang), TxnProducer()
+    consumer = FakeConsumer({0: list(range(5))})
+    pipeline = _pipeline(consumer, stuck, lease=lambda: confirmed, transaction_interval_s=0.0)
+    monkeypatch.setattr(pipeline, "_make_producer", lambda _props: replacement)
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    try:
+        pipeline._step()  # send_offsets hangs; the producer is replaced
+        assert pipeline._producer is replacement
+        confirmed = False
+        for _ in range(3):
+            pipeline._step()
+        assert replacement.calls == [], "took the id without a lease"
+        confirmed = True
+        for _ in range(10):
+            pipeline._step()
+            time.sleep(0.01)
+        assert replacement.calls[0] == "init" and replacement.committed.get(0) == [0, 1, 2, 3, 4]
+    finally:
+        hang.set()

@@ -122,6 +122,14 @@ class TransactionalPipeline(RecordPipeline):
             time.sleep(0.05)
             return
         if not self._initialised:
+            if not self._lease():
+                # Taking the transactional id claims every partition of this pipeline: not while
+                # this worker may have lost them unawares (its session ended while a hung call
+                # was being replaced, say). The agent confirms the lease again, or releases them.
+                self._run_commands()
+                self._finish_releases()
+                time.sleep(0.05)
+                return
             try:
                 self._initialise()
             except KafkaException as exc:
