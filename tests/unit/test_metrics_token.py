@@ -106,3 +106,28 @@ def test_the_controller_metrics_and_targets_need_the_token_too() -> None:
         assert client.get(path, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
     assert "strait_workers" in client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text
     assert client.get("/observability").status_code == 200  # the dashboard's own data is not Prometheus's
+
+
+def test_strait_worker_protects_its_metrics_with_the_configured_token(
+    registry: CollectorRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import strait.worker.process
+    from strait.cli.worker import worker
+
+    config = tmp_path / "strait.yaml"
+    config.write_text(
+        "clusters: {a: {bootstrap.servers: 'h:1'}}\n"
+        "routes: [{name: r, source: a, destination: a}]\n"
+        "observability: {metrics_token: '${env:TEST_METRICS_TOKEN}'}\n"
+    )
+    monkeypatch.setenv("TEST_METRICS_TOKEN", TOKEN)
+    urls: list[str] = []
+    # Only the copying is left out: the worker serves its metrics the way run_worker does.
+    monkeypatch.setattr(
+        strait.worker.process,
+        "run_worker",
+        lambda cfg, _id: urls.append(exposition.serve_metrics(registry, "127.0.0.1:0")),
+    )
+    worker(config=config, worker_id="w1", pool=None, log_level="WARNING")
+    assert _status(urls[0])[0] == 401
+    assert _status(urls[0], f"Bearer {TOKEN}")[0] == 200
