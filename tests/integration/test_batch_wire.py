@@ -234,3 +234,24 @@ def test_broker_rules_behind_the_fallbacks(
     # The broker sets the timestamp type from the topic's config: a LogAppendTime batch becomes
     # CreateTime with the records' own (producer) times, not what a source consumer saw.
     assert copy.timestamp_type is TimestampType.CREATE_TIME and copy.max_timestamp == batch.max_timestamp
+
+
+def test_batch_the_destination_refuses_stops_batch_mode_at_that_batch(
+    sandbox: Sandbox, links: tuple[BrokerLink, BrokerLink]
+) -> None:
+    """A destination config batch mode was not told about (max.message.bytes): the broker's
+    MESSAGE_TOO_LARGE sends the partition to record mode at the refused batch, nothing skipped."""
+    src_props, dst_props = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    topic = f"batch-large-{uid()}"
+    create_topic(src_props, topic, 1)
+    create_topic(dst_props, topic, 1, {"max.message.bytes": "2000"})
+    producer = Producer({**src_props, "linger.ms": 0, "batch.num.messages": 1})
+    for size in (100, 100, 5000, 100):
+        producer.produce(topic, value=b"v" * size)
+        producer.flush(30)
+    src, dst = links
+    stats = copy_partition(src, dst, topic, 0)
+    assert stats.decision is not None and stats.decision.reason is Reason.REFUSED
+    assert "TOO_LARGE" in stats.decision.detail  # kafka-python names it MESSAGE_SIZE_TOO_LARGE
+    assert stats.records_produced == 2 and stats.next_offset == 2
+    assert [len(v) for _, v, *_ in read_all(dst_props, topic)] == [100, 100]

@@ -44,6 +44,7 @@ class Reason(enum.Enum):
     LOG_APPEND_TIME = "log_append_time"
     DELETE_HORIZON = "delete_horizon"
     TOO_LARGE = "too_large"
+    REFUSED = "refused_by_destination"  # a produce answer (e.g. INVALID_RECORD), not a prediction
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strait.clients import kafka_python_options
-from strait.worker.batch.compat import DestinationTopic, Mode, ModeDecision, decide_mode
+from strait.worker.batch.compat import DestinationTopic, Mode, ModeDecision, Reason, decide_mode
+from strait.worker.batch.outcomes import Outcome, ProduceOutcome, error_name, produce_outcome
 from strait.worker.batch.records import rewrite, split_batches
 from strait.worker.batch.select import AbortedTransaction, Action, select_batches
 from strait.worker.batch.sequences import ProducerIdentity, SequenceModel
@@ -43,9 +44,7 @@ class WireError(RuntimeError):
 
 
 def _error_name(code: int) -> str:
-    import kafka.errors as errors
-
-    return str(errors.for_code(code).__name__)
+    return error_name(code) or "NONE"
 
 
 def _retriable(code: int) -> bool:
@@ -254,6 +253,30 @@ class BrokerLink:
         return out
 
 
+def _produce_with_retries(
+    link: BrokerLink, leader: int, topic: str, partition: int, data: bytes | bytearray, *, retries: int
+) -> tuple[Produced, ProduceOutcome, int]:
+    """Produce one rewritten batch; retriable answers (and lost connections) send the very same
+    bytes again, same sequence, to the leader asked anew when it may have moved."""
+    import kafka.errors as errors
+
+    key = (topic, partition)
+    attempt = 0
+    while True:
+        try:
+            result = link.produce(leader, {key: data})[key]
+            verdict = produce_outcome(result.error_code)
+        except errors.KafkaError as exc:  # no answer: the batch may or may not be appended
+            result = Produced(-1, -1, str(exc))
+            verdict = ProduceOutcome(Outcome.RETRY, type(exc).__name__, refresh_leader=True)
+        if verdict.outcome is not Outcome.RETRY or attempt >= retries:
+            return result, verdict, leader
+        attempt += 1
+        time.sleep(min(1.0, 0.1 * 2**attempt))
+        if verdict.refresh_leader:
+            leader = link.leader(topic, partition)
+
+
 @dataclass
 class CopyStats:
     """What :func:`copy_partition` did."""
@@ -283,6 +306,7 @@ def copy_partition(
     source_compacted: bool = False,
     max_bytes: int = 1024 * 1024,
     deadline_s: float = 120.0,
+    retries: int = 5,
 ) -> CopyStats:
     """Copy one partition batch by batch from ``start_offset`` up to ``end_offset`` (default:
     the high watermark, or the last stable offset under ``read_committed``, at the first fetch).
@@ -343,11 +367,20 @@ def copy_partition(
                 producer_epoch=identity.epoch,
                 base_sequence=base_sequence,
             )
-            result = destination.produce(dst_leader, {key: out})[key]
-            if result.error_code:
+            result, verdict, dst_leader = _produce_with_retries(
+                destination, dst_leader, dst_topic, partition, out, retries=retries
+            )
+            if verdict.outcome is Outcome.RECORD_MODE:
+                stats.decision = ModeDecision(
+                    Mode.RECORD, Reason.REFUSED, f"destination refused the batch: {verdict.error}", batch.base_offset
+                )
+                stats.next_offset = batch.base_offset
+                stats.seconds = time.monotonic() - started
+                return stats
+            if verdict.outcome is not Outcome.OK:
                 raise WireError(
                     f"produce {dst_topic}-{partition} (source batch {batch.base_offset}): "
-                    f"{_error_name(result.error_code)} {result.error_message or ''}".rstrip(),
+                    f"{verdict.outcome.value}: {verdict.error} {result.error_message or ''}".rstrip(),
                     result.error_code,
                 )
             sequences.acknowledged(key, base_sequence)
