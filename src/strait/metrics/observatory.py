@@ -144,8 +144,7 @@ class Observatory:
         keys = sorted(snapshot.partitions())
         offsets = self._offsets(keys) if keys else {}
         observed = {
-            key: progress.Observation(checkpoint, end, owners.get(key))
-            for key, (checkpoint, end) in offsets.items()
+            key: progress.Observation(checkpoint, end, owners.get(key)) for key, (checkpoint, end) in offsets.items()
         }
         hung = self._find_hung(snapshot, now)
         with self._lock:
@@ -266,8 +265,11 @@ class Observatory:
             "partitions": partitions,
             "stuck": self._stuck_rows(stuck, now),
             "slow_workers": [
-                {"worker": s.worker, "bytes_per_s_per_partition": round(s.per_partition, 1),
-                 "peers_median": round(s.peers_median, 1)}
+                {
+                    "worker": s.worker,
+                    "bytes_per_s_per_partition": round(s.per_partition, 1),
+                    "peers_median": round(s.peers_median, 1),
+                }
                 for s in slow
             ],
             "hung_workers": sorted(hung),
