@@ -57,7 +57,8 @@ def test_the_report_shows_both_systems_per_partition_and_in_the_summary(tmp_path
             "re_read": re_read,
             "skipped": skipped,
             "untranslated_partitions": 0,
-            "translated_after_s": 3.2,
+            "translated_after_s": 8.2,
+            "translation": {"complete_after_s": 3.2, "partitions_with_offsets": 1},
             "per_partition": {
                 "0": {
                     "source_committed": 1000,

@@ -103,6 +103,7 @@ def test_metrics_name_groups_synced_and_translation_age() -> None:
         "r": {
             "rounds": 3,
             "errors": 1,
+            "written": 8,
             "groups": [
                 {"group": "app", "synced": True, "age_s": 2.5, "active": False, "partitions": 3, "written": 7},
                 {"group": "live", "synced": True, "age_s": 40.0, "active": True, "partitions": 1, "written": 1},
@@ -124,4 +125,4 @@ def test_a_standby_syncs_nothing_and_reports_nothing() -> None:
     sync = GroupSync(config, leading=lambda: False)
     sync.stop()
     sync.run()  # returns at once: stopped, and never touched a cluster
-    assert sync.view() == {"r": {"rounds": 0, "errors": 0, "groups": []}}
+    assert sync.view() == {"r": {"rounds": 0, "errors": 0, "written": 0, "groups": []}}

@@ -15,7 +15,8 @@ _METHOD = (
     "A consumer group then reads each partition on the source to a different depth (1.3 % to 99.5 % of it), "
     "committing every 500 records and at its last one, and stops. Each system's continuous group sync then writes "
     "the group's translated offsets to the same group on the destination (the group is inactive there), waited for "
-    "until every partition has one and none changed for 5 s: Strait's route `groups` (the leader controller, every "
+    "until every partition has one (the time reported, from the group's last commit on the source) and none "
+    "changed for 5 s: Strait's route `groups` (the leader controller, every "
     "1 s), MM2's checkpoint connector. For Strait, `strait failover` (plan, then commit) runs after it and must find "
     "the same offsets. The replicator stops, and a consumer of the group on the destination resumes from the "
     "group's committed offsets (earliest where there is none) and reads to the end. Re-read = records it had "
@@ -69,7 +70,7 @@ def render(doc: dict[str, Any]) -> list[str]:
                 _n(run.get("re_read")),
                 _n(run.get("skipped")),
                 _n(run.get("untranslated_partitions")),
-                _n(run.get("translated_after_s"), 1),
+                _n((run.get("translation") or {}).get("complete_after_s"), 1),
             ]
         )
     lines = _table(
@@ -79,7 +80,7 @@ def render(doc: dict[str, Any]) -> list[str]:
             "re-read after failover",
             "skipped after failover",
             "partitions without a translated offset",
-            "offsets on the destination after (s)",
+            "every partition's offset on the destination after (s)",
         ],
         rows,
     )

@@ -338,6 +338,7 @@ def run_all(
             scenarios.latency(bench),
             scenarios.add_topics(bench),
             scenarios.worker_failure(bench),
+            scenarios.failover(bench),
         ],
     )
 

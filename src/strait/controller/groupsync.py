@@ -95,6 +95,7 @@ class RouteState:
     groups: dict[str, GroupState] = field(default_factory=dict)
     rounds: int = 0
     errors: int = 0
+    written: int = 0  # partition offsets committed, over every group, since this controller led
 
 
 class GroupSync:
@@ -163,6 +164,7 @@ class GroupSync:
                 name: {
                     "rounds": state.rounds,
                     "errors": state.errors,
+                    "written": state.written,
                     "groups": [
                         {
                             "group": g.group,
@@ -257,6 +259,7 @@ class GroupSync:
                     entry.last_synced = now
                     entry.partitions = len(decision.write) + decision.kept
                     entry.written += written.get(decision.group, 0)
+            state.written += sum(written.values())
 
     def _forget(self) -> None:
         """Not leading: another controller syncs, report nothing."""

@@ -59,7 +59,7 @@ class _GroupSyncCollector(Collector):
         for route, state in sorted(self._view().items()):
             groups = state["groups"]
             synced.add_metric([route], sum(1 for g in groups if g["synced"] and not g["active"]))
-            written.add_metric([route], sum(g["written"] for g in groups))
+            written.add_metric([route], state.get("written", 0))
             errors.add_metric([route], state["errors"])
             for group in groups:
                 active.add_metric([route, group["group"]], 1.0 if group["active"] else 0.0)

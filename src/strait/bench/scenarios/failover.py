@@ -21,6 +21,7 @@ depends on destination offsets.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import uuid
@@ -131,7 +132,12 @@ def _failover_run(
         mm2_extra=mm2_extra(group) if system == "mm2" else None,
         strait_groups={"include": [re.escape(group)], "interval_s": 1} if system == "strait" else None,
     )
-    result: dict[str, Any] = {"system": system, "replicator": replicator.describe(), "logs": str(run_dir)}
+    result: dict[str, Any] = {
+        "system": system,
+        "replicator": replicator.describe(),
+        "logs": str(run_dir),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
 
     def body() -> None:
         with running(replicator, [topic]):
@@ -167,6 +173,7 @@ def _failover_run(
             re_read=sum(r["re_read"] for r in per_partition.values()),
             skipped=sum(r["skipped"] for r in per_partition.values()),
             untranslated_partitions=sum(1 for r in per_partition.values() if r["destination_committed"] is None),
+            load_average_at_end=[round(x, 2) for x in os.getloadavg()],
         )
 
     return run_safely(result, body)
