@@ -89,9 +89,7 @@ def test_a_dead_workers_partitions_spread_and_nothing_else_moves(seed: int) -> N
     survivors = [w for w in workers if w != dead]
     after = _check(partitions, survivors, dict(before))
     moved_from_live = [k for k in partitions if before[k] != dead and after[k] != before[k]]
-    assert len(moved_from_live) == minimal_moves(
-        partitions, survivors, {k: w for k, w in before.items() if w != dead}
-    )
+    assert len(moved_from_live) == minimal_moves(partitions, survivors, {k: w for k, w in before.items() if w != dead})
 
 
 def test_heavy_partitions_spread_over_workers() -> None:

@@ -126,8 +126,17 @@ def test_worker_metrics_expose_copier_stats_and_latencies() -> None:
     now = [2000.0]
     metrics = WorkerMetrics("w1", clock=lambda: now[0])
     observer = metrics.route("r")
-    stats = {"records": 120, "bytes": 4096, "checkpoint": 120, "lag": 30, "source_end": 150, "state": "ok",
-             "in_flight": 3, "last_progress": 1999.0, "rewinds": 0}
+    stats = {
+        "records": 120,
+        "bytes": 4096,
+        "checkpoint": 120,
+        "lag": 30,
+        "source_end": 150,
+        "state": "ok",
+        "in_flight": 3,
+        "last_progress": 1999.0,
+        "rewinds": 0,
+    }
     metrics.track("r", FakeCopier({Task("r", "src-t", 0, "dst-t"): stats}))
     for _ in range(120):
         observer.acked("realtime", "dst-t", 0, 0.003, timestamp_ms=1_998_000)
@@ -141,9 +150,12 @@ def test_worker_metrics_expose_copier_stats_and_latencies() -> None:
     assert value(parsed, "strait_partition_state", **labels, state="failed") == 0
     assert value(parsed, "strait_assigned_partitions", route="r") == 1
     assert value(parsed, "strait_end_to_end_latency_seconds_count", route="r", topic="dst-t") == 120
-    assert value(
-        parsed, "strait_stage_seconds_count", route="r", pipeline="realtime", stage="produce_ack", broker="unknown"
-    ) == 120
+    assert (
+        value(
+            parsed, "strait_stage_seconds_count", route="r", pipeline="realtime", stage="produce_ack", broker="unknown"
+        )
+        == 120
+    )
 
     report = metrics.report()
     assert report["lag_seconds"] == {"r/src-t/0": 2.0}
@@ -170,9 +182,12 @@ class SnapshotStore:
 
 def fleet_snapshot(updated: float) -> ClusterSnapshot:
     k0, k1 = PartitionKey("r", "t", 0), PartitionKey("r", "t", 1)
-    report = {"updated": updated, "partitions": {str(k0): {"bytes": 1000 * updated}},
-              "latency": {"r": {"count": 10, "p50_s": 0.05, "p99_s": 0.2}},
-              "metrics_url": "http://127.0.0.1:9999/metrics"}
+    report = {
+        "updated": updated,
+        "partitions": {str(k0): {"bytes": 1000 * updated}},
+        "latency": {"r": {"count": 10, "p50_s": 0.05, "p99_s": 0.2}},
+        "metrics_url": "http://127.0.0.1:9999/metrics",
+    }
     return ClusterSnapshot(
         topics={("r", "t"): TopicSpec("r", "t", "t", partitions=2)},
         removed=frozenset(),
