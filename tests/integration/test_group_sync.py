@@ -19,10 +19,12 @@ from confluent_kafka import TopicPartition
 from strait import clients
 from strait.config import StraitConfig, parse_config
 from strait.controller.groupsync import GroupSync
+from strait.demo import wait_until
 from strait.offsetmap import failover
 from strait.sandbox import Sandbox
 from strait.worker.copier import Copier
 from strait.worker.task import PartitionTask
+from tests.integration.observability import ObservedFleet, scrape, value
 from tests.integration.test_failover import _copy_all, _create, _name, _produce, _wait, make_copier
 
 pytestmark = pytest.mark.integration
@@ -175,3 +177,46 @@ def test_groups_sync_exactly_follow_forward_never_back_and_skip_active_groups(
     assert not {g["group"]: g for g in sync.view()[route]["groups"]}[busy]["active"]
     # app: 2 partitions, then at least 1 followed forward; busy: 2. Nothing for the rewind.
     assert 5 <= sync.view()[route]["written"] <= 6
+
+
+def test_only_the_leading_controller_syncs_groups_and_reports_them(
+    sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Real controller processes: the leader's sync thread gives the destination group its exact
+    offsets and exports the group's metrics; the standby syncs nothing and exports none."""
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    prefix = _name("gsf")
+    route, topic, app = _name("gsfr"), _name("gsf-topic"), f"{prefix}-app"
+    _create(src, topic, 2)
+    _produce(src, topic, 2, 0, 300)
+    fleet = ObservedFleet(
+        zookeeper=sandbox.zookeeper,
+        clusters={"src": src, "dst": dst},
+        routes=[
+            {
+                "name": route,
+                "source": "src",
+                "destination": "dst",
+                "groups": {"include": [f"{prefix}-.*"], "interval_s": INTERVAL_S},
+            }
+        ],
+        workdir=tmp_path_factory.mktemp("group-sync-fleet"),
+    )
+    try:
+        fleet.start_controller("c1")
+        assert wait_until(lambda: fleet.leader() == "c1", 30), "c1 did not lead"
+        fleet.start_controller("c2")
+        fleet.start_worker("w1")
+        assert wait_until(lambda: fleet.api("c1").add_topic(topic, route=route) is not None, 30)
+        _commit(src, app, topic, {0: 123, 1: 299})
+        _wait(lambda: _committed(dst, app, topic, 2) == {0: 123, 1: 299}, 90, "the leader to sync the group")
+        leader = scrape(fleet.url("c1") + "/metrics")
+        assert value(leader, "strait_groups_synced", route=route) == 1
+        age = value(leader, "strait_group_translation_age_seconds", route=route, group=app)
+        assert age is not None and age < 30
+        assert value(leader, "strait_group_sync_active", route=route, group=app) == 0
+        standby = scrape(fleet.url("c2") + "/metrics")
+        assert value(standby, "strait_groups_synced", route=route) == 0
+        assert value(standby, "strait_group_translation_age_seconds", route=route, group=app) is None
+    finally:
+        fleet.stop()
