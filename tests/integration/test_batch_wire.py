@@ -5,6 +5,7 @@ from the source leader, rewritten and produced to the destination leader arrive 
 from __future__ import annotations
 
 import random
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -255,3 +256,52 @@ def test_batch_the_destination_refuses_stops_batch_mode_at_that_batch(
     assert "TOO_LARGE" in stats.decision.detail  # kafka-python names it MESSAGE_SIZE_TOO_LARGE
     assert stats.records_produced == 2 and stats.next_offset == 2
     assert [len(v) for _, v, *_ in read_all(dst_props, topic)] == [100, 100]
+
+
+def test_destination_broker_frozen_mid_copy_loses_and_duplicates_nothing(sandbox: Sandbox) -> None:
+    """The destination leader stops answering (SIGSTOP) for a few seconds while batches are in
+    flight: requests time out, the same bytes go again with the same sequences, and the broker's
+    duplicate detection keeps exactly one copy of each batch."""
+    src_props, dst_props = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    topic = f"batch-freeze-{uid()}"
+    create_topic(src_props, topic, 1)
+    create_topic(dst_props, topic, 1)
+    count = 20_000
+    produce_mixed(src_props, topic, count, "lz4", seed=5)
+    broker = sandbox.clusters["dst"].brokers[0].id
+    froze = threading.Event()
+
+    def freeze_when_copying() -> None:
+        watcher = Consumer({**dst_props, "group.id": f"watch-{uid()}"})
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                _low, high = watcher.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
+                if high >= count // 10:
+                    break
+                time.sleep(0.05)
+        finally:
+            watcher.close()
+        sandbox.pause_broker("dst", broker)
+        froze.set()
+        try:
+            time.sleep(4)
+        finally:
+            sandbox.resume_broker("dst", broker)
+
+    src = BrokerLink(src_props)
+    dst = BrokerLink(dst_props, request_timeout_ms=2_000)
+    thread = threading.Thread(target=freeze_when_copying, daemon=True)
+    try:
+        thread.start()
+        stats = copy_partition(src, dst, topic, 0, max_bytes=32 * 1024, retries=20, deadline_s=240)
+    finally:
+        thread.join(30)
+        src.close()
+        dst.close()
+    assert froze.is_set(), "the copy ended before the broker could be frozen"
+    assert stats.records_produced == count and stats.next_offset == count
+    assert stats.resent > 0, "nothing was in flight while the broker was frozen"
+    copied = read_all(dst_props, topic)
+    assert [o for *_, o in copied] == list(range(count))  # no duplicates, no holes
+    assert payload(copied) == payload(read_all(src_props, topic))

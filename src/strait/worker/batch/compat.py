@@ -44,6 +44,7 @@ class Reason(enum.Enum):
     LOG_APPEND_TIME = "log_append_time"
     DELETE_HORIZON = "delete_horizon"
     TOO_LARGE = "too_large"
+    MID_BATCH = "fetch_offset_inside_batch"  # a start inside a batch: its first records are copied already
     REFUSED = "refused_by_destination"  # a produce answer (e.g. INVALID_RECORD), not a prediction
 
 

@@ -10,17 +10,22 @@ connection layer negotiates versions with ApiVersions and speaks SASL and TLS wi
 Versions are capped where kafka-python's own clients cap them: Fetch 12 and Produce 9, the
 last versions that name topics (13+ use topic ids, which would need a metadata lookup of ids).
 
-This module is a synchronous prototype: one request at a time, one partition per request,
-no retries. The pure parts (:mod:`records`, :mod:`select`, :mod:`compat`, :mod:`sequences`)
-carry the rules; :func:`copy_partition` strings them together end to end.
+This module is a prototype: one partition per request, up to 5 produce requests in flight,
+retries in order with the same sequences, no fetch sessions, no threads. The pure parts
+(:mod:`records`, :mod:`select`, :mod:`compat`, :mod:`sequences`, :mod:`outcomes`) carry the
+rules; :func:`copy_partition` strings them together end to end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import kafka.errors as errors
 
 from strait.clients import kafka_python_options
 from strait.worker.batch.compat import DestinationTopic, Mode, ModeDecision, Reason, decide_mode
@@ -230,6 +235,22 @@ class BrokerLink:
     ) -> dict[tuple[str, int], Produced]:
         """One Produce request: one ready batch per partition (Kafka allows no more than one
         per partition in a request), the bytes sent as they are."""
+        future = self.produce_async(
+            node_id, batches, acks=acks, timeout_ms=timeout_ms, transactional_id=transactional_id
+        )
+        return self.produced(future)
+
+    def produce_async(
+        self,
+        node_id: int,
+        batches: Mapping[tuple[str, int], bytes | bytearray],
+        *,
+        acks: int = -1,
+        timeout_ms: int = 30_000,
+        transactional_id: str | None = None,
+    ) -> Any:
+        """Send a Produce request without waiting: a kafka-python Future of the response, for
+        :meth:`produced`. At most 5 may be outstanding on a connection (idempotence)."""
         from kafka.protocol.producer import ProduceRequest
 
         topics: dict[str, list[Any]] = {}
@@ -245,12 +266,33 @@ class BrokerLink:
             min_version=3,
             max_version=PRODUCE_MAX_VERSION,
         )
-        response = self._send(node_id, request)
+        self._client.await_ready(node_id, timeout_ms=self._timeout_ms)
+        return self._client.send(node_id, request)
+
+    def produced(self, future: Any) -> dict[tuple[str, int], Produced]:
+        """Wait for a :meth:`produce_async` answer; raises kafka-python's error if none came."""
+        import kafka.errors as errors
+
+        if not future.is_done:
+            self._client.poll(timeout_ms=self._timeout_ms, future=future)
+        if not future.is_done:
+            raise errors.KafkaTimeoutError("produce: no answer")
+        if future.failed():
+            raise future.exception
         out: dict[tuple[str, int], Produced] = {}
-        for t in response.responses:
+        for t in future.value.responses:
             for p in t.partition_responses:
                 out[(t.name, p.index)] = Produced(p.error_code, p.base_offset, getattr(p, "error_message", None))
         return out
+
+
+def _refresh_leader(link: BrokerLink, topic: str, partition: int, current: int) -> int:
+    """The partition's leader asked anew; the one we had while the cluster cannot say (the next
+    try finds out)."""
+    try:
+        return link.leader(topic, partition)
+    except (errors.KafkaError, WireError):
+        return current
 
 
 def _produce_with_retries(
@@ -274,7 +316,23 @@ def _produce_with_retries(
         attempt += 1
         time.sleep(min(1.0, 0.1 * 2**attempt))
         if verdict.refresh_leader:
-            leader = link.leader(topic, partition)
+            leader = _refresh_leader(link, topic, partition, leader)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    future: Any
+    source_offset: int
+    next_offset: int
+    record_count: int
+    base_sequence: int
+    data: bytearray
+
+
+def _failed(exc: Exception) -> Any:
+    from kafka.future import Future
+
+    return Future().failure(exc)
 
 
 @dataclass
@@ -286,6 +344,8 @@ class CopyStats:
     records_produced: int = 0
     bytes_produced: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    resent: int = 0  # batches sent again after a retriable failure (same bytes, same sequence)
+    duplicates: int = 0  # answers DUPLICATE_SEQUENCE_NUMBER: the broker had the batch already
     next_offset: int = 0
     decision: ModeDecision | None = None
     producer: ProducerIdentity | None = None
@@ -307,6 +367,7 @@ def copy_partition(
     max_bytes: int = 1024 * 1024,
     deadline_s: float = 120.0,
     retries: int = 5,
+    in_flight: int = 5,
 ) -> CopyStats:
     """Copy one partition batch by batch from ``start_offset`` up to ``end_offset`` (default:
     the high watermark, or the last stable offset under ``read_committed``, at the first fetch).
@@ -315,7 +376,9 @@ def copy_partition(
     (fetch offset, control, aborted), check they can pass (:func:`decide_mode`; a partition
     that needs record mode stops here with the decision), rewrite each with our idempotent
     producer's id, epoch and sequence, produce it to the destination leader (acks=all), one
-    request at a time. Raises :class:`WireError` on any error answer.
+    batch per request and up to ``in_flight`` requests outstanding (retries resend the same
+    bytes in order). Raises :class:`WireError` on an error answer that is not retriable and
+    does not call for record mode.
     """
     dst_topic = destination_topic or topic
     config = destination_config or DestinationTopic()
@@ -324,11 +387,68 @@ def copy_partition(
     src_leader = source.leader(topic, partition)
     dst_leader = destination.leader(dst_topic, partition)
     identity = destination.init_producer_id()
-    sequences = SequenceModel(identity, max_in_flight=1)
+    sequences = SequenceModel(identity, max_in_flight=in_flight)
     stats.producer = identity
     isolation = READ_COMMITTED if read_committed else READ_UNCOMMITTED
     offset = start_offset
     key = (dst_topic, partition)
+    pending: deque[_Pending] = deque()
+
+    def settle(sent: _Pending) -> CopyStats | None:
+        """The oldest batch in flight answered: count it, or resend it and everything after it
+        (same bytes, same sequences: the broker answers DUPLICATE for what it already has).
+        Returns the final stats when batch mode stops here."""
+        nonlocal dst_leader
+        try:
+            result = destination.produced(sent.future)[key]
+            verdict = produce_outcome(result.error_code)
+        except errors.KafkaError as exc:
+            result, verdict = Produced(-1, -1, str(exc)), ProduceOutcome(Outcome.RETRY, type(exc).__name__, True)
+        if verdict.outcome is Outcome.RETRY:
+            later = list(pending)
+            pending.clear()
+            for other in later:  # let every answer come before sending anything again
+                with contextlib.suppress(errors.KafkaError):
+                    destination.produced(other.future)
+            if verdict.refresh_leader:
+                dst_leader = _refresh_leader(destination, dst_topic, partition, dst_leader)
+            for resend in [sent, *later]:
+                stats.resent += 1
+                result, verdict, dst_leader = _produce_with_retries(
+                    destination, dst_leader, dst_topic, partition, resend.data, retries=retries
+                )
+                stop = account(resend, result, verdict)
+                if stop is not None:
+                    return stop
+            return None
+        return account(sent, result, verdict)
+
+    def account(sent: _Pending, result: Produced, verdict: ProduceOutcome) -> CopyStats | None:
+        if verdict.outcome is Outcome.OK:
+            stats.duplicates += verdict.duplicate
+            sequences.acknowledged(key, sent.base_sequence)
+            stats.batches_produced += 1
+            stats.records_produced += sent.record_count
+            stats.bytes_produced += len(sent.data)
+            stats.next_offset = sent.next_offset
+            return None
+        for other in pending:  # sent after a batch that failed for good: refused out of order
+            with contextlib.suppress(errors.KafkaError):
+                destination.produced(other.future)
+        pending.clear()
+        if verdict.outcome is Outcome.RECORD_MODE:
+            stats.decision = ModeDecision(
+                Mode.RECORD, Reason.REFUSED, f"destination refused the batch: {verdict.error}", sent.source_offset
+            )
+            stats.next_offset = sent.source_offset
+            stats.seconds = time.monotonic() - started
+            return stats
+        raise WireError(
+            f"produce {dst_topic}-{partition} (source batch {sent.source_offset}): "
+            f"{verdict.outcome.value}: {verdict.error} {result.error_message or ''}".rstrip(),
+            result.error_code,
+        )
+
     while end_offset is None or offset < end_offset:
         if time.monotonic() - started > deadline_s:
             raise WireError(f"copy of {topic}-{partition} not done after {deadline_s:.0f}s (at {offset})")
@@ -350,8 +470,12 @@ def copy_partition(
         selection = select_batches(split.batches, offset, read_committed=read_committed, aborted=fetched.aborted)
         for chosen in selection.decisions:
             if chosen.action is Action.PARTIAL:
+                while pending:
+                    stop = settle(pending.popleft())
+                    if stop is not None:
+                        return stop
                 stats.decision = ModeDecision(
-                    Mode.RECORD, decision.reason, f"fetch offset {offset} inside a batch", chosen.batch.base_offset
+                    Mode.RECORD, Reason.MID_BATCH, f"fetch offset {offset} inside a batch", chosen.batch.base_offset
                 )
                 stats.next_offset = offset
                 stats.seconds = time.monotonic() - started
@@ -360,6 +484,10 @@ def copy_partition(
                 stats.skipped[chosen.action.value] = stats.skipped.get(chosen.action.value, 0) + 1
                 continue
             batch = chosen.batch
+            if not sequences.can_send(key):
+                stop = settle(pending.popleft())
+                if stop is not None:
+                    return stop
             base_sequence = sequences.assign(key, batch.record_count, ref=batch.base_offset)
             out = rewrite(
                 batch,
@@ -367,29 +495,20 @@ def copy_partition(
                 producer_epoch=identity.epoch,
                 base_sequence=base_sequence,
             )
-            result, verdict, dst_leader = _produce_with_retries(
-                destination, dst_leader, dst_topic, partition, out, retries=retries
+            try:
+                future = destination.produce_async(dst_leader, {key: out})
+            except errors.KafkaError as exc:
+                future = _failed(exc)
+            pending.append(
+                _Pending(future, batch.base_offset, batch.next_offset, batch.record_count, base_sequence, out)
             )
-            if verdict.outcome is Outcome.RECORD_MODE:
-                stats.decision = ModeDecision(
-                    Mode.RECORD, Reason.REFUSED, f"destination refused the batch: {verdict.error}", batch.base_offset
-                )
-                stats.next_offset = batch.base_offset
-                stats.seconds = time.monotonic() - started
-                return stats
-            if verdict.outcome is not Outcome.OK:
-                raise WireError(
-                    f"produce {dst_topic}-{partition} (source batch {batch.base_offset}): "
-                    f"{verdict.outcome.value}: {verdict.error} {result.error_message or ''}".rstrip(),
-                    result.error_code,
-                )
-            sequences.acknowledged(key, base_sequence)
-            stats.batches_produced += 1
-            stats.records_produced += batch.record_count
-            stats.bytes_produced += len(out)
         if not selection.decisions and split.truncated:
             max_bytes *= 2  # a single batch larger than the fetch size: ask for more
         offset = selection.next_fetch_offset
-        stats.next_offset = offset
+    while pending:
+        stop = settle(pending.popleft())
+        if stop is not None:
+            return stop
+    stats.next_offset = offset
     stats.seconds = time.monotonic() - started
     return stats
