@@ -56,7 +56,7 @@ def test_offsets_only_move_forward() -> None:
     assert [(p.destination_topic, p.partition, p.destination_offset) for p in decision.write] == [
         ("orders-copy", 1, 50)
     ]
-    assert decision.kept == 1 and decision.skipped is None
+    assert decision.kept == 1 and decision.skipped is None and decision.untranslated == 0
     # Equal is not a move: nothing written, still in sync.
     same = decide("app", translate_group(RUNS, {("orders", 0): 40}, {("orders", 0): 40}), 0)
     assert same.write == [] and same.kept == 1 and same.skipped is None
@@ -68,7 +68,7 @@ def test_partitions_outside_the_map_or_older_than_it_are_not_written() -> None:
     assert [p.topic for p in partitions] == ["orders"]  # payments is not on this route
     assert partitions[0].destination_offset is None
     decision = decide("app", partitions, 0)
-    assert decision.write == [] and decision.kept == 1
+    assert decision.write == [] and decision.kept == 1 and decision.untranslated == 1
     assert decide("app", [], 0).skipped == "no committed offsets on the route's copied partitions"
 
 
@@ -105,7 +105,15 @@ def test_metrics_name_groups_synced_and_translation_age() -> None:
             "errors": 1,
             "written": 8,
             "groups": [
-                {"group": "app", "synced": True, "age_s": 2.5, "active": False, "partitions": 3, "written": 7},
+                {
+                    "group": "app",
+                    "synced": True,
+                    "age_s": 2.5,
+                    "active": False,
+                    "partitions": 3,
+                    "untranslated": 1,
+                    "written": 7,
+                },
                 {"group": "live", "synced": True, "age_s": 40.0, "active": True, "partitions": 1, "written": 1},
             ],
         }
@@ -114,6 +122,7 @@ def test_metrics_name_groups_synced_and_translation_age() -> None:
     assert 'strait_groups_synced{route="r"} 1.0' in text
     assert 'strait_group_translation_age_seconds{group="app",route="r"} 2.5' in text
     assert 'strait_group_sync_active{group="live",route="r"} 1.0' in text
+    assert 'strait_group_untranslated_partitions{group="app",route="r"} 1.0' in text
     assert 'strait_group_sync_offsets_written_total{route="r"} 8.0' in text
     assert 'strait_group_sync_errors_total{route="r"} 1.0' in text
     # Without group sync, none of these series exist.

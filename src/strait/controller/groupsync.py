@@ -63,6 +63,7 @@ class Decision:
     skipped: str | None  # why nothing is written at all (None: the group is in sync after ``write``)
     kept: int = 0  # partitions not written: already at or past the translation, or no exact answer
     active: bool = False  # members on the destination: left alone
+    untranslated: int = 0  # partitions with no exact answer (offset older than the map): not written
 
 
 def decide(group: str, partitions: list[PartitionFailover], members_on_destination: int) -> Decision:
@@ -74,7 +75,8 @@ def decide(group: str, partitions: list[PartitionFailover], members_on_destinati
     if not partitions:
         return Decision(group, [], "no committed offsets on the route's copied partitions")
     write = [p for p in partitions if p.writes]
-    return Decision(group, write, None, kept=len(partitions) - len(write))
+    untranslated = sum(1 for p in partitions if p.destination_offset is None)
+    return Decision(group, write, None, kept=len(partitions) - len(write), untranslated=untranslated)
 
 
 # --- state reported as metrics ----------------------------------------------------------------
@@ -87,6 +89,7 @@ class GroupState:
     last_synced: float | None = None  # wall clock of the last round that left it in sync
     active: bool = False  # skipped in the last round: members on the destination
     partitions: int = 0
+    untranslated: int = 0  # partitions of the last round with no exact answer
     written: int = 0  # partition offsets committed so far
 
 
@@ -172,6 +175,7 @@ class GroupSync:
                             "age_s": None if g.last_synced is None else max(0.0, now - g.last_synced),
                             "active": g.active,
                             "partitions": g.partitions,
+                            "untranslated": g.untranslated,
                             "written": g.written,
                         }
                         for g in sorted(state.groups.values(), key=lambda g: g.group)
@@ -258,6 +262,7 @@ class GroupSync:
                 if not active:
                     entry.last_synced = now
                     entry.partitions = len(decision.write) + decision.kept
+                    entry.untranslated = decision.untranslated
                     entry.written += written.get(decision.group, 0)
             state.written += sum(written.values())
 

@@ -48,6 +48,11 @@ class _GroupSyncCollector(Collector):
             "Seconds since a group's offsets were last translated and in sync on the destination.",
             labels=["route", "group"],
         )
+        untranslated = GaugeMetricFamily(
+            "strait_group_untranslated_partitions",
+            "Partitions of a group whose committed offset has no exact translation (older than the offset map).",
+            labels=["route", "group"],
+        )
         written = CounterMetricFamily(
             "strait_group_sync_offsets_written",
             "Partition offsets committed to destination groups by the sync.",
@@ -63,9 +68,10 @@ class _GroupSyncCollector(Collector):
             errors.add_metric([route], state["errors"])
             for group in groups:
                 active.add_metric([route, group["group"]], 1.0 if group["active"] else 0.0)
+                untranslated.add_metric([route, group["group"]], group.get("untranslated", 0))
                 if group["age_s"] is not None:
                     age.add_metric([route, group["group"]], group["age_s"])
-        yield from (synced, active, age, written, errors)
+        yield from (synced, active, age, untranslated, written, errors)
 
 
 class _ControllerCollector(Collector):
