@@ -126,3 +126,19 @@ def test_a_partition_written_unowned_waits_for_the_fence_of_its_last_writer() ->
     )
     assert result == {key: None} and parked == 1
     assert _settle(fencer, "w1", EOS) and len(other.calls) == 1
+
+
+def test_a_new_leader_that_does_not_know_the_last_writer_fences_every_worker_gone() -> None:
+    fake = FakeFence()
+    fencer = Fencer({EOS: {}}, lambda: None, fence_fn=fake)
+    key, alo = PartitionKey(EOS, "t", 0), PartitionKey(ALO, "t", 0)
+    plan = {key: "w2", alo: "w2"}
+    result, parked = park_until_fenced(
+        plan, {key: None, alo: None}, {key: None, alo: None}, {"w2"}, fencer, unknown_last_writers=["w1", "w9"]
+    )
+    assert result == {key: None, alo: "w2"} and parked == 1
+    assert _settle(fencer, "w1", EOS) and _settle(fencer, "w9", EOS)
+    result, parked = park_until_fenced(
+        plan, {key: None, alo: None}, {key: None, alo: None}, {"w2"}, fencer, unknown_last_writers=["w1", "w9"]
+    )
+    assert result == plan and parked == 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -131,6 +131,7 @@ def park_until_fenced(
     *,
     releasing: Mapping[PartitionKey, str] | None = None,
     untrusted_holders: Mapping[PartitionKey, str] | None = None,
+    unknown_last_writers: Collection[str] = (),
 ) -> tuple[dict[PartitionKey, str | None], int]:
     """Keep exactly-once partitions with their last writer until that writer is fenced.
 
@@ -144,6 +145,8 @@ def park_until_fenced(
     healing stopped waiting for it) while it still copied, and the partition went to a new
     owner unfenced, two writers at once. So it too is fenced first when it is not live, or when
     it still holds the partition but the loop stopped waiting for it (``untrusted_holders``).
+    Where the leader does not know the last writer (it was elected in the middle of the
+    hand-over), every worker in ``unknown_last_writers`` (those not live) is fenced first.
     Returns the plan and how many partitions are parked.
     """
     routes = fencer.routes
@@ -155,7 +158,15 @@ def park_until_fenced(
         previous = written.get(key)
         if previous is None:
             last = (releasing or {}).get(key)
-            if last is None or last == target:
+            if last is None:
+                if target is None or (untrusted_holders or {}).get(key) is not None:
+                    continue
+                waiting = [w for w in sorted(unknown_last_writers) if not fencer.fenced(w, key.route)]
+                if waiting:
+                    result[key] = None
+                    parked += 1
+                continue
+            if last == target:
                 continue
             if last in live and (untrusted_holders or {}).get(key) != last:
                 continue  # it lets go by itself; the plan waits while it holds the partition

@@ -242,6 +242,7 @@ class Controller:
                 self.fencer,
                 releasing={k: self._last_writer[k] for k in plan if written.get(k) is None and k in self._last_writer},
                 untrusted_holders={k: w for k, w in holder.items() if k not in steered},
+                unknown_last_writers=[w for w, record in snapshot.workers.items() if not record.live],
             )
         self._targets = dict(desired)
         if dict(plan) != dict(written):
