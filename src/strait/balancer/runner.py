@@ -11,6 +11,7 @@ import json
 import logging
 import os
 
+from strait import logformat
 from strait.balancer import executor
 from strait.balancer.gateway import KafkaGateway
 from strait.balancer.state import StateStore
@@ -21,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="strait-balance-runner", description=__doc__)
     parser.add_argument("--execution", required=True, help="Execution id recorded in the state topic.")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logformat.configure(logging.INFO, logformat.from_environment())  # the format `strait ... --log-format` chose
     install_log_redaction()  # the cluster's password or key never reaches the run's log file
     logging.getLogger("kafka").setLevel(logging.WARNING)
     props = json.loads(os.environ["STRAIT_BALANCE_PROPS"])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -56,6 +57,8 @@ from strait.cli.balance_args import goals as make_goals
 from strait.cli.balance_args import options as make_options
 from strait.cli.balance_planning import load, planning_command, run
 from strait.cli.balance_view import drive, show_snapshot
+from strait.cli.log_options import LOG_FORMAT
+from strait.logformat import LogFormat
 
 app = typer.Typer(
     help="Balance disks, brokers, racks and leaders of one cluster by moving partitions.",
@@ -129,6 +132,7 @@ def execute_cmd(
     max_broker_out: int = MAX_BROKER_OUT,
     max_disk: int = MAX_DISK,
     as_json: bool = JSON,
+    log_format: Annotated[LogFormat, LOG_FORMAT] = LogFormat.text,
 ) -> None:
     """Run a plan to the end with a progress bar; exit 1 if any move failed.
 
@@ -167,7 +171,7 @@ def execute_cmd(
         finally:
             gateway.close()
 
-    guard(go)
+    guard(go, log_format)
 
 
 @app.command("status")
@@ -272,6 +276,7 @@ def drain_cmd(
     max_broker_in: int = MAX_BROKER_IN,
     max_broker_out: int = MAX_BROKER_OUT,
     max_disk: int = MAX_DISK,
+    log_format: Annotated[LogFormat, LOG_FORMAT] = LogFormat.text,
 ) -> None:
     """Move every replica off BROKERS (e.g. before decommissioning them)."""
     goals = make_goals(threshold, capacity_limit, no_leaders, traffic_threshold)
@@ -292,7 +297,8 @@ def drain_cmd(
             (max_in_flight, max_broker_in, max_broker_out, max_disk),
             disk_class,
             traffic_window_s,
-        )
+        ),
+        log_format,
     )
 
 
@@ -315,6 +321,7 @@ def fill_cmd(
     max_broker_in: int = MAX_BROKER_IN,
     max_broker_out: int = MAX_BROKER_OUT,
     max_disk: int = MAX_DISK,
+    log_format: Annotated[LogFormat, LOG_FORMAT] = LogFormat.text,
 ) -> None:
     """Move a fair share of data onto BROKERS, and nothing else."""
     goals = make_goals(threshold, capacity_limit, True)
@@ -333,7 +340,8 @@ def fill_cmd(
             mode,
             detach,
             (max_in_flight, max_broker_in, max_broker_out, max_disk),
-        )
+        ),
+        log_format,
     )
 
 
@@ -350,6 +358,7 @@ def fix_racks_cmd(
     throttle: str | None = THROTTLE,
     mode: str = MODE,
     detach: bool = DETACH,
+    log_format: Annotated[LogFormat, LOG_FORMAT] = LogFormat.text,
 ) -> None:
     """Move replicas so no two replicas of a partition share a rack (as far as racks allow)."""
     goals = make_goals(0.10, capacity_limit, True)
@@ -368,7 +377,8 @@ def fix_racks_cmd(
             mode,
             detach,
             (8, 2, 2, 2),
-        )
+        ),
+        log_format,
     )
 
 
@@ -421,6 +431,7 @@ def tiers_cmd(
     throttle: str | None = THROTTLE,
     mode: str = MODE,
     detach: bool = DETACH,
+    log_format: Annotated[LogFormat, LOG_FORMAT] = LogFormat.text,
 ) -> None:
     """Only place replicas by tier: each broker's hottest on its SSD dirs (within their capacity
     budget), the rest on its HDD dirs, by intra-broker moves. Needs disk classes."""
@@ -447,4 +458,4 @@ def tiers_cmd(
             traffic_window_s,
         )
 
-    guard(go)
+    guard(go, log_format)

@@ -19,7 +19,7 @@ from strait.balancer.goals import Goals
 from strait.balancer.tiers import DiskClasses, parse_class
 from strait.balancer.units import parse_bytes
 from strait.balancer.window import Caps
-from strait.secrets import install_log_redaction
+from strait.logformat import LogFormat, configure
 
 out = Console()
 err = Console(stderr=True)
@@ -77,10 +77,12 @@ class CliError(Exception):
     """A user-facing failure: printed as `error: ...`, exit code 2."""
 
 
-def guard(fn: Callable[[], int | None]) -> None:
-    """Run a command body: known failures become `error: ...` and exit code 2."""
-    logging.basicConfig(level=logging.WARNING)
-    install_log_redaction()
+def guard(fn: Callable[[], int | None], log_format: LogFormat = LogFormat.text) -> None:
+    """Run a command body: known failures become `error: ...` and exit code 2.
+
+    Warnings and errors are logged in `log_format` (secrets masked), and a background executor
+    this command starts logs in it too (`_STRAIT_LOG_FORMAT`)."""
+    configure(logging.WARNING, log_format)
     logging.getLogger("kafka").setLevel(logging.ERROR)
     try:
         code = fn()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from strait import logformat
+from strait.cli.log_options import LOG_FORMAT
 from strait.config import ConfigError, StraitConfig, load_config
-from strait.secrets import install_log_redaction
 
 
 def controller(
@@ -20,12 +21,12 @@ def controller(
         None, "--id", help="Controller id (default: hostname plus a random suffix)."
     ),
     log_level: str = typer.Option("INFO", help="Python log level."),
+    log_format: Annotated[logformat.LogFormat, LOG_FORMAT] = logformat.LogFormat.text,
 ) -> None:
     """Run a controller: one of them leads (ZooKeeper election), the others stand by."""
     from strait.controller.server import serve
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    install_log_redaction()
+    logformat.configure(log_level, log_format)  # secrets masked in either format
     serve(load_or_exit(config), controller_id=controller_id, listen=listen)
 
 

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import logging
 import socket
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from pydantic import ValidationError
 
+from strait import logformat
 from strait.cli.controller import load_or_exit
+from strait.cli.log_options import LOG_FORMAT
 from strait.config import StraitConfig, WorkerConfig
 from strait.metrics.exposition import require_token
-from strait.secrets import install_log_redaction
 
 
 def worker(
@@ -22,12 +23,12 @@ def worker(
         None, "--pool", help="Worker pool to join (default: worker.pool of the config, else 'default')."
     ),
     log_level: str = typer.Option("INFO", help="Python log level."),
+    log_format: Annotated[logformat.LogFormat, LOG_FORMAT] = logformat.LogFormat.text,
 ) -> None:
     """Copy the partitions the controller assigns to this worker; SIGTERM drains and leaves."""
     from strait.worker.process import run_worker
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    install_log_redaction()
+    logformat.configure(log_level, log_format)  # secrets masked in either format
     settings = load_or_exit(config)
     if pool is not None:
         settings = with_pool(settings, pool)

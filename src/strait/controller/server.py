@@ -100,6 +100,7 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
             host=host,
             port=port,
             log_level="warning",
+            log_config=None,  # uvicorn logs through the root handler: --log-format, secrets masked
             ssl_certfile=str(tls.cert) if tls is not None else None,
             ssl_keyfile=str(tls.key) if tls is not None else None,
         )
