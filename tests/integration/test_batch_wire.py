@@ -305,3 +305,12 @@ def test_destination_broker_frozen_mid_copy_loses_and_duplicates_nothing(sandbox
     copied = read_all(dst_props, topic)
     assert [o for *_, o in copied] == list(range(count))  # no duplicates, no holes
     assert payload(copied) == payload(read_all(src_props, topic))
+
+
+def test_one_produce_request_carries_several_partitions(sandbox: Sandbox) -> None:
+    """The bench's multi-partition produce path against a real broker (every answer checked)."""
+    from strait.worker.batch.bench import bench_wire
+
+    props = sandbox.clusters["dst"].props()
+    rows = bench_wire(props, props, partitions=3, rounds=4)
+    assert len(rows) == 4 and rows[2].startswith("| 1 | 12 | 12 |") and rows[3].startswith("| 3 | 12 | 4 |")
