@@ -1,4 +1,8 @@
-"""A description of the machine a benchmark ran on, recorded with every result."""
+"""A description of the machine a benchmark ran on, recorded with every result.
+
+Memory and CPU busy time come from psutil; the CPU model is still read from /proc/cpuinfo, for
+which psutil has no call.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import subprocess
 import threading
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from strait.sandbox import process
 
@@ -24,12 +30,9 @@ def _cpu_model() -> str:
 
 def _memory_gb() -> float | None:
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 1024 / 1024, 1)
-    except OSError:
-        pass
-    return None
+        return round(float(psutil.virtual_memory().total) / 1024**3, 1)
+    except (OSError, RuntimeError):
+        return None
 
 
 def _java_version() -> str:
@@ -64,14 +67,15 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def _cpu_ticks() -> tuple[int, int] | None:
-    """(busy, total) jiffies of all CPUs since boot, from /proc/stat; None where it is unreadable."""
+def _cpu_ticks() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of all CPUs since boot (psutil, from /proc/stat); None where unreadable."""
     try:
-        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    except (OSError, ValueError, IndexError):
+        times = psutil.cpu_times()
+    except (OSError, RuntimeError):
         return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
+    # Every column counts towards the total, as the kernel lists them; idle and iowait are not busy.
+    total = float(sum(times))
+    return total - times.idle - getattr(times, "iowait", 0.0), total
 
 
 class LoadWatch:
@@ -84,7 +88,7 @@ class LoadWatch:
         self._samples: list[float] = []
         self._thread = threading.Thread(target=self._run, name="load-watch", daemon=True)
         self._start: list[float] = []
-        self._ticks: tuple[int, int] | None = None
+        self._ticks: tuple[float, float] | None = None
 
     def __enter__(self) -> LoadWatch:
         self._start = load_average()

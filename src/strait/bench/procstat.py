@@ -1,30 +1,29 @@
-"""CPU time and peak memory of the replicator's processes, read from /proc.
+"""CPU time and peak memory of the replicator's processes, sampled with psutil.
 
 Both replicators are measured the same way, from the outside: user+system CPU seconds
-(``/proc/PID/stat``) and peak resident set size (``VmHWM`` in ``/proc/PID/status``). A
-process that has exited keeps the last values seen, so sample before stopping it.
+(psutil's ``cpu_times()``: utime and stime of ``/proc/PID/stat``) and peak resident set size.
+Peak RSS stays read by hand, ``VmHWM`` in ``/proc/PID/status`` (the kernel's high-water mark):
+psutil has no peak figure (``memory_info().rss`` is the size now, and sampling it every few
+seconds would miss the peaks in between). A process that has exited keeps the last values
+seen, so sample before stopping it.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_TICKS = os.sysconf("SC_CLK_TCK")
+import psutil
 
 
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of a live process, or None when it is gone."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        times = psutil.Process(pid).cpu_times()
+    except (psutil.Error, ValueError):  # gone, not ours to read, or not a pid at all
         return None
-    # The command name (field 2) may hold spaces; everything after its closing ')' is fixed.
-    fields = raw.rsplit(")", 1)[1].split()
-    utime, stime = int(fields[11]), int(fields[12])
-    return (utime + stime) / _TICKS
+    return float(times.user + times.system)
 
 
 def peak_rss_mb(pid: int) -> float | None:
