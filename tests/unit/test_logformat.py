@@ -176,3 +176,31 @@ def test_controller_and_worker_set_up_logging_in_the_chosen_format(
     worker(config=config, worker_id="w1", pool=None, log_level="DEBUG", log_format=LogFormat.json)
     worker(config=config, worker_id="w1", pool=None, log_level="INFO")
     assert calls == [("INFO", LogFormat.json), ("DEBUG", LogFormat.json), ("INFO", LogFormat.text)]
+
+
+def test_the_background_executor_process_logs_json_when_its_parent_chose_it() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        ENV: "json",
+        # Nothing listens on port 1: the runner logs connection failures at once.
+        "STRAIT_BALANCE_PROPS": json.dumps({"bootstrap.servers": "127.0.0.1:1"}),
+    }
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "strait.balancer.runner", "--execution", "x"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert runner.stderr is not None
+        first = runner.stderr.readline()
+    finally:
+        runner.kill()
+        runner.wait()
+    line = json.loads(first)
+    assert set(line) >= {"ts", "level", "logger", "message"}
