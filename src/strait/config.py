@@ -97,6 +97,11 @@ class RouteConfig(_Model):
     # Publish which source offsets landed at which destination offsets (runs of consecutive
     # records) to `__strait_offsets.<route>` on the destination, for exact consumer failover.
     offset_map: bool = True
+    # Two-way replication (A->B and B->A over the same topics): copies carry the header
+    # strait.origin naming the cluster a record was first written to, and records that came
+    # from this route's destination are not copied back (no loops). Cluster names must be the
+    # same in both routes' configurations.
+    active_active: bool = False
     # The worker pools this route's partitions may run on (`worker.pool`); None: every pool.
     # With no live worker in any of them, the route waits (reported), never borrows another pool.
     pools: list[str] | None = Field(default=None, min_length=1)
@@ -334,7 +339,9 @@ def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, An
         if not name.startswith(ENV_PREFIX):
             continue
         path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__") if part]
-        if not path:
+        if not path or path[0] not in StraitConfig.model_fields:
+            # Not a configuration section: other STRAIT_* variables (STRAIT_CACHE, the jar
+            # cache of the sandbox; STRAIT_CHAOS_SEED) belong to other parts and tools.
             continue
         node = data
         for part in path[:-1]:

@@ -44,6 +44,7 @@ from strait.coordination.retry import RetryPolicy
 from strait.coordination.store import CoordinationStore, StoreUnavailable, WorkerIdTaken
 from strait.metrics.worker import WorkerMetrics
 from strait.worker.lease import Lease, always
+from strait.worker.origin import OriginRule
 from strait.worker.task import PartitionTask
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ def copier_factory(
             commit_interval_s=config.worker.commit_interval_s,
             observer=None if metrics is None else metrics.route(route.name),
             lease=valid,
+            origin=OriginRule(route.source, route.destination) if route.active_active else None,
             **extra,
         )
         if metrics is not None:

@@ -30,6 +30,7 @@ from strait.worker.checkpoint import checkpoint_violation, start_offset
 from strait.worker.destination import DestinationError, DestinationTopics
 from strait.worker.fetch import RecordPipeline
 from strait.worker.lease import always
+from strait.worker.origin import OriginRule
 from strait.worker.pipeline import CATCHUP_SETTINGS, PartitionState, Pipeline, PipelineSettings
 from strait.worker.task import PartitionTask
 
@@ -234,6 +235,7 @@ class Copier:
         destinations: DestinationManager | None = None,
         offset_map: MapWriter | None = None,
         lease: Callable[[], bool] = always,
+        origin: OriginRule | None = None,
     ) -> None:
         self.route = route
         self.group_id = group_id
@@ -252,13 +254,15 @@ class Copier:
             source=source, group_id=group_id, client_id=client_id
         )
         factory: PipelineFactory = pipeline_factory or RecordPipeline
-        common = {
+        common: dict[str, Any] = {
             "source": source,
             "destination": destination,
             "group_id": group_id,
             "client_id": client_id,
             "observer": observer,
         }
+        if origin is not None:
+            common["origin"] = origin
         self._realtime = factory(name=REALTIME, settings=realtime_settings, **common)
         self._catchup = (
             factory(name=CATCHUP, settings=catchup_settings, **common) if catchup_lag_threshold is not None else None

@@ -35,6 +35,7 @@ from strait import clients
 from strait.access_errors import explain
 from strait.metrics.stages import DESTINATION, SOURCE, CopyObserver, client_settings
 from strait.worker.checkpoint import AckTracker, UnexpectedGap
+from strait.worker.origin import OriginRule
 from strait.worker.pipeline import (
     ACCESS_DENIED,
     ACCESS_RETRY_S,
@@ -78,8 +79,10 @@ class RecordPipeline:
         observer: CopyObserver | None = None,
         consumer: Any = None,
         producer: Any = None,
+        origin: OriginRule | None = None,
     ) -> None:
         self.name = name
+        self._origin = origin  # active-active routes: stamp and skip by origin (origin.py)
         self._settings = settings
         self._observer = observer
         self._client_id = client_id
@@ -391,7 +394,15 @@ class RecordPipeline:
         # record it handed over was dropped on the way, and skipping it would be a loss.
         source_gap = offset > expected and before == expected
         try:
-            if not self._produce(state, tracker, message, offset, source_gap=source_gap):
+            if self._origin is not None and self._origin.skips(message.headers()):  # type: ignore[arg-type]
+                # Written at our destination first: copying it back would loop. Handled
+                # without a copy, so the checkpoint moves past it.
+                if offset > expected and not source_gap:
+                    raise UnexpectedGap(f"offset {offset} fetched while {expected} was expected")
+                tracker.sent(offset, source_gap=source_gap)
+                tracker.acked(offset)
+                state.skipped_origin += 1
+            elif not self._produce(state, tracker, message, offset, source_gap=source_gap):
                 return False
         except UnexpectedGap as exc:
             self._unexpected_gap(state, str(exc))
@@ -455,7 +466,9 @@ class RecordPipeline:
             return True
 
     def _headers(self, message: Message, offset: int) -> Any:
-        """The headers the copy carries: the source record's."""
+        """The headers the copy carries: the source record's (and its origin, active-active)."""
+        if self._origin is not None:
+            return self._origin.stamp(message.headers())  # type: ignore[arg-type]
         return message.headers()
 
     def _produce_error(self, state: PartitionState, error: KafkaError) -> None:

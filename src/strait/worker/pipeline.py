@@ -144,6 +144,7 @@ class PartitionState:
         self.rewind_at: float | None = None
         self.rewinds = 0
         self.skipped = 0
+        self.skipped_origin = 0  # active-active: records from the destination, not copied back
         # Why the partition waits to try again (the cluster refused us); cleared by progress.
         self.waiting: str | None = None
         # Exactly-once pipelines only: the end of the records whose transaction committed.

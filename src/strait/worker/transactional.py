@@ -225,7 +225,7 @@ class TransactionalPipeline(RecordPipeline):
 
     def _headers(self, message: Message, offset: int) -> Any:
         # The copy names its source offset: a new owner checks its checkpoint against it.
-        return provenance.stamp(message.headers(), offset)  # type: ignore[arg-type]
+        return provenance.stamp(super()._headers(message, offset), offset)
 
     def _begin_rewind(self, state: PartitionState, backoff_s: float) -> None:
         # Records after the rewind point may already sit acknowledged in the open transaction:
