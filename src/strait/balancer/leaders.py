@@ -103,12 +103,15 @@ def balance_leader_traffic(ws: Workspace) -> None:
         return
     kept = set(loads.kept)
     count = dict.fromkeys(loads.kept, 0)
-    led: dict[int, list[int]] = {b: [] for b in loads.kept}
+    led: dict[int, list[int]] = {b: [] for b in loads.kept}  # partitions with followers, per leader
+    written: dict[int, set[int]] = {b: set() for b in loads.kept}  # those of them written
     for pidx, reps in enumerate(ws.replicas):
         if reps and reps[0] in kept:
             count[reps[0]] += 1
             if len(reps) > 1:
                 led[reps[0]].append(pidx)
+                if loads.write[pidx] > 0:
+                    written[reps[0]].add(pidx)
     mean = sum(count.values()) / len(count)
     most = max(max(count.values()), -(-sum(count.values()) // len(count)) + 1)
     least = min(min(count.values()), int(mean) - 1)
@@ -123,13 +126,18 @@ def balance_leader_traffic(ws: Workspace) -> None:
         if loads.leader_in[hot] - loads.leader_in[ranked[0]] <= goal + _EPSILON:
             break
         hi_out = max(band_hi, loads.net_out[hot])
-        heavy = sorted((p for p in led[hot] if loads.write[p] > 0), key=lambda p: (-loads.write[p], p))[:64]
+        heavy = sorted(written[hot], key=lambda p: (-loads.write[p], p))[:64]
         best: tuple[float, int, int, int] | None = None  # score, follower, handed, taken back (-1: none)
-        for f in ranked[:-1]:
+        # Followers of the heavy partitions, least loaded first; the first three are searched for exchanges.
+        followers = sorted(
+            {f for p in heavy for f in ws.replicas[p][1:] if f in kept},
+            key=lambda f: (loads.leader_in[f], f),
+        )
+        for rank, f in enumerate(followers):
             if loads.leader_in[f] >= loads.leader_in[hot] - _EPSILON:
                 break
             half = (loads.leader_in[hot] - loads.leader_in[f]) / 2
-            back = sorted((loads.write[q], q) for q in led[f] if hot in ws.replicas[q])
+            back = sorted((loads.write[q], q) for q in led[f] if hot in ws.replicas[q]) if rank < 3 else []
             for pidx in heavy:
                 if f not in ws.replicas[pidx]:
                     continue
@@ -155,16 +163,24 @@ def balance_leader_traffic(ws: Workspace) -> None:
             given_up.add(hot)
             continue
         _, f, pidx, qidx = best
-        led[hot].remove(pidx)
-        led[f].append(pidx)
+        _hand(led, written, loads.write, pidx, hot, f)
         _swap(ws, pidx, f)
         if qidx >= 0:
-            led[f].remove(qidx)
-            led[hot].append(qidx)
+            _hand(led, written, loads.write, qidx, f, hot)
             _swap(ws, qidx, hot)
         else:
             count[hot] -= 1
             count[f] += 1
+
+
+def _hand(
+    led: dict[int, list[int]], written: dict[int, set[int]], write: list[float], pidx: int, old: int, new: int
+) -> None:
+    led[old].remove(pidx)
+    led[new].append(pidx)
+    if write[pidx] > 0:
+        written[old].discard(pidx)
+        written[new].add(pidx)
 
 
 def _swap(ws: Workspace, pidx: int, new: int) -> None:

@@ -12,6 +12,8 @@ before or 2B, whichever is more; the traffic phases only narrow it.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
+
 from strait.balancer.planner import Workspace
 from strait.balancer.traffic import Traffic
 
@@ -31,6 +33,8 @@ class Loads:
         brokers = set(ws.model.brokers)
         for pidx in self.hot:
             brokers.update(ws.replicas[pidx])
+        # Per broker, its replicas of written partitions as sorted (write rate, partition) pairs.
+        self.on_broker: dict[int, list[tuple[float, int]]] = {b: [] for b in brokers}
         self.net_in = dict.fromkeys(brokers, 0.0)
         self.leader_in = dict.fromkeys(brokers, 0.0)
         self.net_out = dict.fromkeys(brokers, 0.0)
@@ -38,9 +42,13 @@ class Loads:
             reps = ws.replicas[pidx]
             for b in reps:
                 self.net_in[b] += self.write[pidx]
+                if self.write[pidx] > 0:
+                    self.on_broker[b].append((self.write[pidx], pidx))
             if reps:
                 self.leader_in[reps[0]] += self.write[pidx]
                 self.net_out[reps[0]] += self.out(pidx)
+        for lst in self.on_broker.values():
+            lst.sort()
         self.bands: dict[str, tuple[float, float]] = {}
         self.freeze_band()
 
@@ -90,6 +98,13 @@ class Loads:
             return
         self.net_in[from_broker] = self.net_in.get(from_broker, 0.0) - w
         self.net_in[to_broker] = self.net_in.get(to_broker, 0.0) + w
+        if w > 0:
+            entry = (w, pidx)
+            lst = self.on_broker.setdefault(from_broker, [])
+            i = bisect_left(lst, entry)
+            if i < len(lst) and lst[i] == entry:
+                del lst[i]
+            insort(self.on_broker.setdefault(to_broker, []), entry)
         if slot == 0:
             self.led(pidx, from_broker, to_broker)
 
@@ -141,7 +156,14 @@ def balance_net_in(ws: Workspace, warnings: list[str]) -> None:
         hot = ranked[-1]
         if loads.net_in[hot] - loads.net_in[ranked[0]] <= goal + _EPSILON:
             break
-        if not any(_step(ws, loads, hot, cold, disk_lo, disk_hi) for cold in ranked[:-1]):
+        # The coolest few brokers, and the coolest few of the hot one's rack (where the rack rule
+        # sends a replica when partitions span every rack): past them a move helps little and
+        # the search costs much.
+        rack = ws.broker_rack.get(hot, 0)
+        local = [b for b in ranked[:-1] if ws.broker_rack.get(b, 0) == rack][:4]
+        coolest = list(dict.fromkeys([*ranked[: min(4, len(ranked) - 1)], *local]))
+        coolest.sort(key=lambda b: (loads.net_in[b], b))
+        if not any(_step(ws, loads, hot, cold, disk_lo, disk_hi) for cold in coolest):
             given_up.add(hot)
     kept = loads.kept
     left = max(loads.net_in[b] for b in kept) - min(loads.net_in[b] for b in kept)
@@ -156,15 +178,9 @@ def _step(ws: Workspace, loads: Loads, hot: int, cold: int, disk_lo: float, disk
     gap = loads.net_in[hot] - loads.net_in[cold]
     if gap <= _EPSILON:
         return False
-    options = []
-    for pidx in loads.hot:
-        w = loads.write[pidx]
-        reps = ws.replicas[pidx]
-        if 0 < w < gap and hot in reps and cold not in reps:
-            options.append((abs(w - gap / 2), reps[0] == hot, pidx))
-    options.sort()
     sinks = sorted(ws.broker_disks.get(cold, ()), key=lambda d: (ws.ratio(d), d))
-    for _, leads, pidx in options[:64]:
+    for pidx in _closest(ws, loads.on_broker.get(hot, []), hot, cold, gap):
+        leads = ws.replicas[pidx][0] == hot
         if leads and not loads.allows_lead(pidx, hot, cold):
             continue
         src = ws.disks[pidx][ws.replicas[pidx].index(hot)]
@@ -172,8 +188,32 @@ def _step(ws: Workspace, loads: Loads, hot: int, cold: int, disk_lo: float, disk
         if src >= 0 and ws.disk_cap[src] > 0 and (ws.disk_used[src] - size) / ws.disk_cap[src] < disk_lo:
             continue
         for d in sinks:
-            if (ws.disk_used[d] + size) / ws.disk_cap[d] > disk_hi or not ws.can_host(pidx, hot, d):
+            cap = ws.disk_cap[d]
+            if cap <= 0 or (ws.disk_used[d] + size) / cap > disk_hi or not ws.can_host(pidx, hot, d):
                 continue
             ws.move(pidx, hot, d)
             return True
     return False
+
+
+def _closest(ws: Workspace, on: list[tuple[float, int]], hot: int, cold: int, gap: float, limit: int = 64) -> list[int]:
+    """Up to `limit` of `hot`'s written partitions (`on`, sorted by rate) written at less than
+    `gap` and without a replica on `cold`: rates closest to half the gap first, followers before
+    leaders between equals."""
+    half = gap / 2
+    below = bisect_left(on, (half, -1)) - 1
+    above = below + 1
+    end = bisect_left(on, (gap, -1))
+    found: list[tuple[float, bool, int]] = []
+    while len(found) < limit and (below >= 0 or above < end):
+        take_below = above >= end or (below >= 0 and half - on[below][0] <= on[above][0] - half)
+        w, pidx = on[below] if take_below else on[above]
+        if take_below:
+            below -= 1
+        else:
+            above += 1
+        reps = ws.replicas[pidx]
+        if w > 0 and cold not in reps:
+            found.append((abs(w - half), reps[0] == hot, pidx))
+    found.sort()
+    return [pidx for _, _, pidx in found]
