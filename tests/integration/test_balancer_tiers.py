@@ -82,13 +82,25 @@ def _create(c: dict[str, Any], topic: str, partitions: int) -> None:
 
 
 class _Writer:
-    """Writes to the hot partitions until stopped."""
+    """Writes to the hot partitions until stopped; with `group`, a consumer group also reads them
+    and commits every half second."""
 
-    def __init__(self, c: dict[str, Any], topic: str) -> None:
-        self.c, self.topic = c, topic
+    def __init__(self, c: dict[str, Any], topic: str, group: str | None = None) -> None:
+        self.c, self.topic, self.group = c, topic, group
         self.stop = threading.Event()
         self.sent = 0
         self.thread = threading.Thread(target=self._run, daemon=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+
+    def _read(self) -> None:
+        consumer = clients.consumer(
+            self.c["props"],
+            **{"group.id": self.group, "auto.offset.reset": "earliest", "auto.commit.interval.ms": 500},
+        )
+        consumer.subscribe([self.topic])
+        while not self.stop.is_set():
+            consumer.poll(0.2)
+        consumer.close()
 
     def _run(self) -> None:
         producer = clients.producer(self.c["props"], **{"acks": "all", "linger.ms": 5})
@@ -103,11 +115,15 @@ class _Writer:
 
     def __enter__(self) -> _Writer:
         self.thread.start()
+        if self.group:
+            self.reader.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(60)
+        if self.group:
+            self.reader.join(60)
 
 
 def _seed(c: dict[str, Any], topic: str, partitions: int) -> None:
@@ -178,8 +194,8 @@ def test_cli_plan_shows_traffic_per_broker_before_and_after(cluster: dict[str, A
         "--traffic-window",
         "4",
     ]
-    with _Writer(c, topic):
-        time.sleep(1.0)
+    with _Writer(c, topic, group="reader"):
+        time.sleep(3.0)  # the group joins and catches up
         shown = _cli(*args)
         as_json = _cli(*args, "--json")
     assert shown.returncode == 0, shown.stderr
@@ -192,6 +208,9 @@ def test_cli_plan_shows_traffic_per_broker_before_and_after(cluster: dict[str, A
     # Partitions 0 and 1 are written, led by brokers 1 and 2, followed by 2 and 3.
     assert loads["leader_in"]["1"][0] > 0 and loads["leader_in"]["2"][0] > 0, loads
     assert all(v[0] > 0 for v in loads["net_in"].values()), loads
+    # Broker 1 leads partition 0: it sends its writes to one follower and to the reading group,
+    # whose committed offsets moved; without the reads net out would equal leader bytes in.
+    assert loads["net_out"]["1"][0] > 1.5 * loads["leader_in"]["1"][0], loads
     # Once the plan is done, the hot partitions' replicas sit on SSD (disk-0), the cold one's on HDD.
     gw = KafkaGateway(c["props"], CAPACITY)
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 
+from strait.balancer.loads import GAIN
 from strait.balancer.planner import Workspace
 
 _EPSILON = 1e-9
@@ -151,7 +152,7 @@ def balance_leader_traffic(ws: Workspace) -> None:
                     options.extend(back[j] for j in (i - 1, i) if 0 <= j < len(back))
                 for wq, qidx in options:
                     d = w - wq
-                    if d <= _EPSILON or loads.leader_in[f] + d >= loads.leader_in[hot] - _EPSILON:
+                    if d <= _EPSILON or d > 2 * half * (1 - GAIN):
                         continue
                     o = loads.out(pidx) - (loads.out(qidx) if qidx >= 0 else 0.0)
                     if loads.net_out[f] + o > hi_out or loads.net_out[hot] - o > hi_out:

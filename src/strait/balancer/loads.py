@@ -18,6 +18,9 @@ from strait.balancer.planner import Workspace
 from strait.balancer.traffic import Traffic
 
 _EPSILON = 1e-9
+# A traffic step must take at least this share of the gap between two brokers off the hotter
+# one; a rate close to the whole gap would only swap which of the two is hot.
+GAIN = 0.1
 
 
 class Loads:
@@ -131,11 +134,11 @@ def attach(ws: Workspace, traffic: Traffic | None) -> Loads | None:
 def balance_net_in(ws: Workspace, warnings: list[str]) -> None:
     """Move replicas (followers first) from the broker taking in most to those taking in least.
 
-    A step moves a replica whose write rate is below the gap between the two brokers, the one
-    closest to half of it, to the emptiest disk of the cooler broker that keeps the hard rules
-    and the disk band: no disk ends above max(fullest now, emptiest now + threshold) nor below
-    min(emptiest now, fullest now - threshold), so the disk spread stays within its goal or
-    where it was.
+    A step moves a replica whose write rate is below 90% of the gap between the two brokers (so
+    the hotter of the two really cools), the one closest to half the gap, to the emptiest disk of
+    the cooler broker that keeps the hard rules and the disk band: no disk ends above
+    max(fullest now, emptiest now + threshold) nor below min(emptiest now, fullest now -
+    threshold), so the disk spread stays within its goal or where it was.
     """
     loads = ws.loads
     if loads is None or len(loads.kept) < 2:
@@ -197,13 +200,13 @@ def _step(ws: Workspace, loads: Loads, hot: int, cold: int, disk_lo: float, disk
 
 
 def _closest(ws: Workspace, on: list[tuple[float, int]], hot: int, cold: int, gap: float, limit: int = 64) -> list[int]:
-    """Up to `limit` of `hot`'s written partitions (`on`, sorted by rate) written at less than
-    `gap` and without a replica on `cold`: rates closest to half the gap first, followers before
-    leaders between equals."""
+    """Up to `limit` of `hot`'s written partitions (`on`, sorted by rate) written at less than 90%
+    of `gap` and without a replica on `cold`: rates closest to half the gap first, followers
+    before leaders between equals."""
     half = gap / 2
     below = bisect_left(on, (half, -1)) - 1
     above = below + 1
-    end = bisect_left(on, (gap, -1))
+    end = bisect_left(on, (gap * (1 - GAIN), -1))
     found: list[tuple[float, bool, int]] = []
     while len(found) < limit and (below >= 0 or above < end):
         take_below = above >= end or (below >= 0 and half - on[below][0] <= on[above][0] - half)
