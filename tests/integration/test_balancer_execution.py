@@ -501,7 +501,10 @@ def test_cli_leaders_reorders_and_elects(cluster: dict[str, Any]) -> None:
         gw.close()
     after = _model(c)
     assert leader_counts(after)[1] < before[1]
-    assert operations.leaders(after).moves == (), "nothing left to even out"
+    # Internal topics a client may create meanwhile (__consumer_offsets, when the executor's
+    # state reader first finds its group coordinator) are outside what was planned.
+    left = [m for m in operations.leaders(after).moves if not m.topic.startswith("__")]
+    assert left == [], f"nothing left to even out: {left}"
 
 
 def test_rest_plans_starts_watches_and_guards_executions(cluster: dict[str, Any]) -> None:
