@@ -278,3 +278,22 @@ def admin_result(future: Future[Any], timeout_s: float, what: str) -> Any:
         return future.result(timeout=timeout_s)
     except TimeoutError as exc:
         raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{what}: no answer within {timeout_s:.0f}s")) from exc
+
+
+# A group coordinator that is loading or moving (a broker just started) answers these; a client
+# that never joins the group is told instead of waiting, so asking again is the caller's job.
+_COORDINATOR_NOT_READY = frozenset(
+    {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR}
+)
+
+
+def committed_offsets(consumer: Consumer, tps: list[Any], timeout_s: float) -> list[Any]:
+    """``consumer.committed(tps)``, asked again while the group coordinator is not ready."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return list(consumer.committed(tps, timeout=max(0.1, deadline - time.monotonic())))
+        except KafkaException as exc:
+            if exc.args[0].code() not in _COORDINATOR_NOT_READY or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.2)

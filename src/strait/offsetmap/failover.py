@@ -176,7 +176,7 @@ def _route(config: StraitConfig, name: str) -> RouteConfig:
 def _committed(props: Mapping[str, Any], group: str, tps: list[TopicPartition]) -> list[int | None]:
     consumer = clients.consumer(props, **{"group.id": group, "enable.auto.commit": False})
     try:
-        listed = consumer.committed(tps, timeout=TIMEOUT_S)
+        listed = clients.committed_offsets(consumer, tps, TIMEOUT_S)
     except KafkaException as exc:
         raise FailoverError(f"cannot read the committed offsets of group {group!r}: {exc}") from exc
     finally:

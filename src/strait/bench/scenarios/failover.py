@@ -247,7 +247,7 @@ def _synced(
     started = time.monotonic()
     try:
         while time.monotonic() < deadline:
-            listed = reader.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+            listed = clients.committed_offsets(reader, [TopicPartition(topic, p) for p in range(partitions)], 10)
             now = {tp.partition: tp.offset for tp in listed if tp.error is None and tp.offset >= 0}
             if now != last:
                 last, stable_since = now, time.monotonic()
@@ -272,7 +272,7 @@ def _resume_on_destination(
     numbers it reads, per partition."""
     consumer = clients.consumer(props, **{"group.id": group, "enable.auto.commit": False})
     tps = [TopicPartition(topic, p) for p in range(partitions)]
-    committed = consumer.committed(tps, timeout=15)
+    committed = clients.committed_offsets(consumer, tps, 15)
     start = {tp.partition: tp.offset if tp.error is None and tp.offset >= 0 else OFFSET_BEGINNING for tp in committed}
     ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1] for p in range(partitions)}
     consumer.assign([TopicPartition(topic, p, start[p]) for p in range(partitions)])
