@@ -195,6 +195,9 @@ def render_properties(
         # A fresh Connect group and internal topics per run: nothing resumes from another run.
         "dst.group.id": f"mm2-{run_id}",
         "offset.storage.topic": f"mm2-offsets.{run_id}.internal",
+        # Connect commits source offsets every minute by default (Strait: every second). The
+        # lost / not-yet-copied split reads them, and a commit on stop can time out when busy.
+        "offset.flush.interval.ms": "1000",
         "config.storage.topic": f"mm2-configs.{run_id}.internal",
         "status.storage.topic": f"mm2-status.{run_id}.internal",
         # Connect waits this long for a departed node before moving its tasks (default 5 min);
