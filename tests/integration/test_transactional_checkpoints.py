@@ -98,7 +98,7 @@ def route(sandbox: Sandbox) -> Iterator[Route]:
 
 def _starts(store: DestinationCheckpoints, tasks: list[PartitionTask]) -> list[tuple[int, int, int | None]]:
     offsets = store.start_offsets(tasks)
-    return [tuple(offsets[t]) for t in tasks]  # type: ignore[misc]
+    return [tuple(offsets[t])[:3] for t in tasks]  # type: ignore[misc]  # (start, end, checkpoint)
 
 
 def _source_group_offsets(route: Route) -> list[int]:
