@@ -15,7 +15,6 @@ so that ``kafka-consumer-groups`` on the source still shows the lag.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -30,13 +29,9 @@ from strait.worker.task import PartitionTask
 
 log = logging.getLogger(__name__)
 
-# Group offsets are read with a consumer's committed(), never AdminClient.list_consumer_group_offsets:
-# librdkafka (2.16 included, librdkafka#5040) crashes the process when that admin call meets a
-# coordinator that is loading or moving, e.g. right after a broker restart.
-_COORDINATOR_NOT_READY = frozenset(
-    {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR}
-)
-_RETRY_S = 0.2
+# Group offsets are read with a consumer's committed() (clients.committed_offsets), never
+# AdminClient.list_consumer_group_offsets: librdkafka (2.16 included, librdkafka#5040) crashes the
+# process when that admin call meets a coordinator that is loading or moving.
 
 
 def destination_group(route: str) -> str:
@@ -284,16 +279,8 @@ def _destination_keys(tasks: Iterable[PartitionTask]) -> dict[PartitionTask, tup
 
 
 def _committed(consumer: Consumer, tps: list[TopicPartition], timeout_s: float) -> list[TopicPartition]:
-    """``consumer.committed()``, asked again while the group coordinator is loading or moving
-    (a broker just started), which a consumer that never joins reports instead of waiting out."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return consumer.committed(tps, timeout=max(0.1, deadline - time.monotonic()))
-        except KafkaException as exc:
-            if exc.args[0].code() not in _COORDINATOR_NOT_READY or time.monotonic() >= deadline:
-                raise
-        time.sleep(_RETRY_S)
+    """``consumer.committed()``, asked again while the group coordinator is loading or moving."""
+    return clients.committed_offsets(consumer, tps, timeout_s)
 
 
 def _checkpoint(tp: TopicPartition) -> int | None:
