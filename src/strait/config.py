@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import string
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -77,6 +78,121 @@ class GroupSyncConfig(_Model):
         return patterns
 
 
+# Characters Kafka allows in a topic name; a name has at most 249 of them.
+_TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
+_TOPIC_MAX = 249
+# What a naming template may use; {topic} (the source topic's name) is required.
+NAMING_FIELDS = ("topic", "route", "source_cluster", "destination_cluster")
+
+
+class NamingConfig(_Model):
+    """How a route names its destination topics: the source's name (default), ``prefix`` + name,
+    or a ``template`` such as ``"{source_cluster}.{topic}"`` (fields: ``topic``, ``route``,
+    ``source_cluster``, ``destination_cluster``). A topic added through the API with its own
+    ``destination_topic`` keeps that name."""
+
+    prefix: str | None = Field(default=None, min_length=1)
+    template: str | None = Field(default=None, min_length=1)
+
+    @field_validator("prefix")
+    @classmethod
+    def _valid_prefix(cls, value: str | None) -> str | None:
+        if value is not None and not _TOPIC_CHARS.match(value):
+            raise ValueError(f"prefix {value!r}: use letters, digits, '.', '_' or '-' (a topic name's characters)")
+        return value
+
+    @field_validator("template")
+    @classmethod
+    def _valid_template(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        fields = []
+        try:
+            parts = list(string.Formatter().parse(value))
+        except ValueError as exc:
+            raise ValueError(f"template {value!r}: {exc}") from exc
+        for literal, name, spec, conversion in parts:
+            if literal and not _TOPIC_CHARS.match(literal):
+                raise ValueError(f"template {value!r}: {literal!r} holds characters a topic name cannot have")
+            if name is None:
+                continue
+            if name not in NAMING_FIELDS or spec or conversion:
+                raise ValueError(f"template {value!r}: unknown field {{{name}}} (fields: {', '.join(NAMING_FIELDS)})")
+            fields.append(name)
+        if "topic" not in fields:
+            raise ValueError(f"template {value!r} must contain {{topic}} (two source topics would get one name)")
+        return value
+
+    @model_validator(mode="after")
+    def _one_way(self) -> NamingConfig:
+        if self.prefix is not None and self.template is not None:
+            raise ValueError("give either prefix or template, not both")
+        return self
+
+    @property
+    def renames(self) -> bool:
+        return self.prefix is not None or self.template is not None
+
+    def _template(self) -> str:
+        if self.template is not None:
+            return self.template
+        return (self.prefix or "").replace("{", "{{").replace("}", "}}") + "{topic}"
+
+    def destination_topic(self, topic: str, *, route: str, source: str, destination: str) -> str:
+        """The destination name of source topic ``topic``."""
+        return self._template().format(topic=topic, route=route, source_cluster=source, destination_cluster=destination)
+
+    def source_topic(self, name: str, *, route: str, source: str, destination: str) -> str | None:
+        """The source topic whose copy this naming calls ``name``; None if no name maps to it."""
+        pattern, topic_seen = "", False
+        for literal, field, _spec, _conversion in string.Formatter().parse(self._template()):
+            pattern += re.escape(literal)
+            if field == "topic":
+                pattern += "(?P=topic)" if topic_seen else "(?P<topic>.+)"
+                topic_seen = True
+            elif field is not None:
+                values = {"route": route, "source_cluster": source, "destination_cluster": destination}
+                pattern += re.escape(values[field])
+        match = re.fullmatch(pattern, name)
+        return match.group("topic") if match else None
+
+
+# Topic settings never followed: the copy needs CreateTime timestamps it sets itself, and the
+# replication throttles are managed per cluster by reassignment tools.
+ALWAYS_UNFOLLOWED_CONFIGS = (
+    "message.timestamp.type",
+    "message.timestamp.difference.max.ms",
+    "message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms",
+    "leader.replication.throttled.replicas",
+    "follower.replication.throttled.replicas",
+)
+
+
+class TopicConfigFollow(_Model):
+    """The destination topics' settings follow their source topics' (see strait.controller.topicconfig)."""
+
+    # The leading controller compares every refresh_interval_s and applies what changed.
+    follow: bool = True
+    # Keys (re.fullmatch patterns) the destination keeps its own values for: neither copied when
+    # the topic is created nor followed. Besides these, the keys of ALWAYS_UNFOLLOWED_CONFIGS are never followed.
+    exclude: list[str] = Field(default_factory=lambda: ["min.insync.replicas", "unclean.leader.election.enable"])
+
+    @field_validator("exclude")
+    @classmethod
+    def _valid_patterns(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
+        return patterns
+
+    def excluded(self, key: str) -> bool:
+        """Whether the destination keeps its own value of ``key``."""
+        return key in ALWAYS_UNFOLLOWED_CONFIGS or any(re.fullmatch(p, key) for p in self.exclude)
+
+
 class RouteConfig(_Model):
     """Copy topics from one cluster to another."""
 
@@ -90,6 +206,12 @@ class RouteConfig(_Model):
     # worker's successor may copy some records again). exactly-once: transactional producer,
     # checkpoints committed inside the destination transaction (see README).
     delivery: Literal["at-least-once", "exactly-once"] = "at-least-once"
+    # batch: copy whole record batches without decompressing them (strait.worker.batch), each
+    # partition whose batches cannot pass unchanged (compacted gaps, a destination
+    # compression.type other than the source's codec, old message formats) record by record,
+    # with the reason in its stats. record: every partition record by record. Exactly-once and
+    # active-active routes always copy record by record.
+    copy: Literal["record", "batch"] = "record"
     # exactly-once only: a transaction is committed at least this often (and sooner when
     # transaction_max_bytes were produced in it).
     transaction_interval_ms: int = Field(default=100, ge=10, le=60_000)
@@ -108,6 +230,10 @@ class RouteConfig(_Model):
     # The leader translates matching source groups' committed offsets through the offset map and
     # commits them to the same groups on the destination while they have no members there.
     groups: GroupSyncConfig | None = None
+    # Destination topic names: identity (default), `prefix: "A."` or `template: "{source_cluster}.{topic}"`.
+    naming: NamingConfig = Field(default_factory=NamingConfig)
+    # Destination topic settings follow the source's, except the excluded keys.
+    topic_config: TopicConfigFollow = Field(default_factory=TopicConfigFollow)
 
     @field_validator("name")
     @classmethod
@@ -139,6 +265,20 @@ class RouteConfig(_Model):
         if self.groups is not None and not self.offset_map:
             raise ValueError("groups: consumer-group sync translates through the offset map; set offset_map: true")
         return self
+
+    @model_validator(mode="after")
+    def _names_are_topic_names(self) -> RouteConfig:
+        sample = self.destination_topic("t")
+        if not _TOPIC_CHARS.match(sample) or len(sample) > _TOPIC_MAX:
+            raise ValueError(
+                f"naming: gives {sample!r} for source topic 't' (cluster names used in a template must be "
+                "letters, digits, '.', '_' or '-')"
+            )
+        return self
+
+    def destination_topic(self, topic: str) -> str:
+        """The destination name this route gives source topic ``topic`` (see :class:`NamingConfig`)."""
+        return self.naming.destination_topic(topic, route=self.name, source=self.source, destination=self.destination)
 
     def matches(self, topic: str) -> bool:
         """Whether a source topic is picked up by this route's patterns."""

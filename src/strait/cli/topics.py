@@ -43,7 +43,9 @@ app = typer.Typer(help="Add, remove and list replicated topics.", no_args_is_hel
 def add(
     topic: str,
     route: str | None = typer.Option(None, help="Route (needed when there are several)."),
-    destination_topic: str | None = typer.Option(None, help="Destination topic name (default: the same)."),
+    destination_topic: str | None = typer.Option(
+        None, help="Destination topic name (default: the route's naming; the same name unless it sets one)."
+    ),
     start: str | None = typer.Option(None, help="Where partitions without a checkpoint start: earliest|latest."),
     config: Path | None = CONFIG_OPTION,
     api: str | None = API_OPTION,

@@ -169,7 +169,9 @@ class Controller:
             except MetadataUnavailable as exc:
                 log.warning("%s", exc)
                 continue
-            for spec in plan_topic_updates(route, listings[route.source], snapshot.topics, snapshot.removed):
+            for spec in plan_topic_updates(
+                route, listings[route.source], snapshot.topics, snapshot.removed, self.config.routes
+            ):
                 existing = snapshot.topics.get((spec.route, spec.topic))
                 if existing is None:
                     if self.store.create_topic(spec) is None:

@@ -178,8 +178,8 @@ class ControllerService:
         """Add a topic to a route; returns (created, topic). Same settings again is not an error."""
         validate_topic_name(topic)
         route = self._route(request.route)
-        # An empty name is refused below, not read as "the default".
-        destination = topic if request.destination_topic is None else request.destination_topic
+        # An empty name is refused below, not read as "the default" (the route's naming).
+        destination = route.destination_topic(topic) if request.destination_topic is None else request.destination_topic
         validate_topic_name(destination, "destination_topic")
         try:
             partitions = self.metadata.partition_count(route.source, topic)
