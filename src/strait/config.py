@@ -196,6 +196,8 @@ class TopicConfigFollow(_Model):
 class RouteConfig(_Model):
     """Copy topics from one cluster to another."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
     name: str
     source: str
     destination: str
@@ -211,7 +213,8 @@ class RouteConfig(_Model):
     # compression.type other than the source's codec, old message formats) record by record,
     # with the reason in its stats. record: every partition record by record. Exactly-once and
     # active-active routes always copy record by record.
-    copy: Literal["record", "batch"] = "record"
+    # (`copy` in the file; `copy_mode` in code, as pydantic models have a copy() method.)
+    copy_mode: Literal["record", "batch"] = Field(default="record", alias="copy")
     # exactly-once only: a transaction is committed at least this often (and sooner when
     # transaction_max_bytes were produced in it).
     transaction_interval_ms: int = Field(default=100, ge=10, le=60_000)
