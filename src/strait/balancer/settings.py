@@ -11,6 +11,13 @@
         big:
           "/data/ssd*": ssd
           "*": hdd
+      clusters: [big]          # watch mode (`strait.balancer.watch`): the clusters the leader watches
+      watch: true              # sample them every `interval_s`, alert and propose a plan
+      execute: false           # also run the proposal through the executor
+      after_s: 600             # how long out of balance before alerting and proposing
+      interval_s: 30           # how often each cluster is sampled
+      threshold: 0.10          # allowed spread of disk usage ratios (as `--threshold`)
+      throttle: 20MB           # replication throttle (bytes/s) of executions the watch starts
 
 Rule keys and precedence are described in `strait.balancer.capacity` (the same for disk
 classes); `--capacity` and `--disk-class` on the command line override these rules dir by dir.
@@ -22,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from strait.balancer.capacity import Capacities, parse_key, parse_size, rules_of
 from strait.balancer.tiers import DiskClasses, class_rules
@@ -37,6 +44,25 @@ class BalanceConfig(BaseModel):
 
     capacities: dict[str, dict[str, Bytes]] = Field(default_factory=dict)
     disk_classes: dict[str, dict[str, str]] = Field(default_factory=dict)
+    clusters: list[str] = Field(default_factory=list)
+    watch: bool = False
+    execute: bool = False
+    after_s: float = Field(default=600.0, ge=0)
+    interval_s: float = Field(default=30.0, gt=0)
+    threshold: float = Field(default=0.10, gt=0, lt=1)
+    throttle: Bytes | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _watch_needs_clusters(self) -> BalanceConfig:
+        if self.execute and not self.watch:
+            raise ValueError("balance.execute runs what the watch mode proposes: set balance.watch: true too")
+        if self.watch and not self.clusters:
+            raise ValueError("balance.watch: name the clusters to watch under balance.clusters")
+        return self
+
+    def watched(self) -> list[str]:
+        """The clusters the leader watches (none unless `watch` is on)."""
+        return list(dict.fromkeys(self.clusters)) if self.watch else []
 
     @field_validator("capacities", "disk_classes", mode="before")
     @classmethod
@@ -85,5 +111,6 @@ class BalanceConfig(BaseModel):
         return Capacities.of(self.capacities.get(cluster))
 
     def unknown_clusters(self, clusters: Collection[str]) -> list[str]:
-        """Cluster names under `balance.capacities` or `balance.disk_classes` that `clusters:` does not define."""
-        return sorted((set(self.capacities) | set(self.disk_classes)) - set(clusters))
+        """Cluster names under `balance.capacities`, `balance.disk_classes` or `balance.clusters` that
+        `clusters:` does not define."""
+        return sorted((set(self.capacities) | set(self.disk_classes) | set(self.clusters)) - set(clusters))

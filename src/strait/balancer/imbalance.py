@@ -1,0 +1,166 @@
+"""Whether a cluster is out of balance, why, and the plan that would fix it. Pure: no I/O.
+
+The watch mode (`strait.balancer.watch`) samples a cluster model every so often and asks
+`assess` what is wrong with it. Four reasons, each a rule the planner already keeps:
+
+- `disk_spread`: the usage ratios of the disks differ by more than the goals' threshold;
+- `disk_full`: a disk holds more than the capacity limit allows;
+- `rack`: a partition has more replicas under one rack switch than the rack rule allows;
+- `broker_gone`: replicas sit on a broker the cluster no longer lists (under-replicated).
+
+Disk reasons need disk sizes: where dirs of one broker report one filesystem and no capacity is
+configured (`strait.balancer.capacity.shared_filesystems`), usage ratios say nothing, so the disk
+reasons are not judged and `sizes_unknown` says so.
+
+The `signature` names the imbalance coarsely (which reasons, which disks are too full, which
+brokers are gone, which partitions break the rack rule), so that it changes when the imbalance
+does but not every time a few bytes are written. The watch holds a cancelled proposal back until
+the signature changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from typing import Any
+
+from strait.balancer import operations
+from strait.balancer.capacity import shared_filesystems
+from strait.balancer.goals import Goals, eligible_dirs, spread
+from strait.balancer.model import Broker, ClusterModel, LogDir, Partition, max_per_rack
+from strait.balancer.plan import InterBrokerMove, Plan
+
+REASONS = ("disk_spread", "disk_full", "rack", "broker_gone")
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """What `assess` found: the reasons the cluster is out of balance (none: in balance)."""
+
+    reasons: frozenset[str]
+    signature: tuple[str, ...]
+    spread: float | None
+    full_dirs: tuple[str, ...] = ()
+    gone_brokers: tuple[int, ...] = ()
+    rack_partitions: tuple[str, ...] = ()
+    under_replicated: int = 0
+    sizes_unknown: tuple[int, ...] = ()
+    threshold: float = 0.0
+
+    @property
+    def balanced(self) -> bool:
+        return not self.reasons
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reasons": sorted(self.reasons),
+            "spread": None if self.spread is None else round(self.spread, 6),
+            "threshold": self.threshold,
+            "full_dirs": list(self.full_dirs),
+            "gone_brokers": list(self.gone_brokers),
+            "rack_partitions": len(self.rack_partitions),
+            "under_replicated_replicas": self.under_replicated,
+            "sizes_unknown_brokers": list(self.sizes_unknown),
+        }
+
+
+def gone_brokers(model: ClusterModel) -> tuple[int, ...]:
+    """Brokers that partitions still list as replicas but the cluster no longer has."""
+    listed = {b for p in model.partitions.values() for b in p.replicas}
+    return tuple(sorted(listed - set(model.brokers)))
+
+
+def assess(model: ClusterModel, goals: Goals) -> Assessment:
+    """Why `model` is out of balance under `goals`; an empty `reasons` means it is not."""
+    reasons: set[str] = set()
+    tokens: list[str] = []
+    unknown = tuple(sorted(shared_filesystems(model)))
+    dirs = [d for d in eligible_dirs(model) if d.broker not in unknown]
+    measured: float | None = None
+    full: tuple[str, ...] = ()
+    if dirs:
+        measured = spread(dirs)
+        if measured > goals.threshold:
+            reasons.add("disk_spread")
+            tokens.append("disk_spread")
+        full = tuple(f"{d.broker}:{d.path}" for d in dirs if d.used > d.capacity * goals.capacity_limit)
+        if full:
+            reasons.add("disk_full")
+            tokens.extend(f"disk_full:{name}" for name in full)
+    gone = gone_brokers(model)
+    under = sum(1 for p in model.partitions.values() for b in p.replicas if b in gone)
+    if gone:
+        reasons.add("broker_gone")
+        tokens.extend(f"broker_gone:{b}" for b in gone)
+    broken = tuple(p.name for p in model.partitions.values() if _breaks_racks(model, p))
+    if broken:
+        reasons.add("rack")
+        digest = hashlib.sha256("\n".join(broken).encode()).hexdigest()[:12]
+        tokens.append(f"rack:{len(broken)}:{digest}")
+    return Assessment(
+        reasons=frozenset(reasons),
+        signature=tuple(sorted(tokens)),
+        spread=measured,
+        full_dirs=full,
+        gone_brokers=gone,
+        rack_partitions=broken,
+        under_replicated=under,
+        sizes_unknown=unknown,
+        threshold=goals.threshold,
+    )
+
+
+def propose(model: ClusterModel, goals: Goals, assessment: Assessment) -> Plan:
+    """The plan the existing planner makes for what `assessment` found.
+
+    A gone broker is drained: it is put back into the model as a placeholder and
+    `operations.drain` moves every replica off it, which also fixes racks and spreads the disks.
+    Otherwise, with disk sizes known, `operations.rebalance`; without them, only the rack rule is
+    repaired (`operations.fix_racks`). Raises `CapacityError` like the operations do.
+    """
+    gone = assessment.gone_brokers
+    if gone:
+        plan = operations.drain(_with_placeholders(model, gone), gone, goals)
+    elif assessment.sizes_unknown and "rack" in assessment.reasons:
+        plan = operations.fix_racks(model, goals)
+    else:
+        plan = operations.rebalance(model, goals)
+    # The executor refuses a target broker the cluster does not list: a replica that could not be
+    # moved off a gone broker keeps its partition out of the plan (the planner warned why).
+    kept = [m for m in plan.moves if isinstance(m, InterBrokerMove) and set(m.target) & set(gone)]
+    moves = tuple(m for m in plan.moves if m not in kept)
+    warnings = plan.warnings
+    if kept:
+        warnings += (f"{len(kept)} partition(s) left as they are: they keep a replica on gone broker(s) {list(gone)}",)
+    capacities = {k: v for k, v in plan.capacities.items() if int(k.split(":", 1)[0]) not in gone}
+    stats = {**plan.stats, "moves": len(moves), "proposed_by": "watch", "reasons": sorted(assessment.reasons)}
+    return replace(plan, moves=moves, warnings=warnings, stats=stats, capacities=capacities)
+
+
+def _breaks_racks(model: ClusterModel, partition: Partition) -> bool:
+    """The rack rule over the replicas on brokers the cluster lists (a gone broker's rack is unknown)."""
+    limit = max_per_rack(len(partition.replicas), len(model.racks()))
+    counts: dict[str | None, int] = {}
+    for b in partition.replicas:
+        if b in model.brokers:
+            rack = model.rack_of(b)
+            counts[rack] = counts.get(rack, 0) + 1
+    return any(n > limit for n in counts.values())
+
+
+def _with_placeholders(model: ClusterModel, gone: tuple[int, ...]) -> ClusterModel:
+    """`model` with each gone broker back, in the first rack (as `planner.Workspace` counts unknown
+    brokers), holding its replicas on the dirs the model names for them (the gateway says "");
+    drained, so no move targets it."""
+    if not gone:
+        return model
+    racks = sorted(model.racks(), key=lambda r: (r is None, r or ""))
+    rack = racks[0] if racks else None
+    held: dict[tuple[int, str], int] = {}
+    for p in model.partitions.values():
+        for b, path in zip(p.replicas, p.dirs, strict=True):
+            if b in gone:
+                held[(b, path)] = held.get((b, path), 0) + p.size
+    brokers = [*model.brokers.values(), *(Broker(b, rack) for b in gone)]
+    dirs = [*model.all_dirs(), *(LogDir(b, path, max(used, 1), used) for (b, path), used in held.items())]
+    return ClusterModel.build(brokers, dirs, model.partitions.values(), model.cluster_id)

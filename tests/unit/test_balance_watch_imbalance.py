@@ -1,0 +1,119 @@
+"""What the watch mode finds wrong with a cluster, and the plan it proposes (`strait.balancer.imbalance`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from strait.balancer import imbalance
+from strait.balancer.errors import CapacityError
+from strait.balancer.goals import Goals, eligible_dirs, spread
+from strait.balancer.model import Broker, ClusterModel, LogDir, Partition
+from strait.balancer.plan import apply, validate
+from strait.balancer.synthetic import Shape, generate
+
+GOALS = Goals(threshold=0.10)
+
+
+def without_broker(model: ClusterModel, gone: int) -> ClusterModel:
+    """`model` as the gateway loads it after broker `gone` died: still in replica lists, dirs unknown."""
+    partitions = [
+        dataclasses.replace(p, dirs=tuple("" if b == gone else d for b, d in zip(p.replicas, p.dirs, strict=True)))
+        for p in model.partitions.values()
+    ]
+    brokers = [b for b in model.brokers.values() if b.id != gone]
+    dirs = [d for d in model.all_dirs() if d.broker != gone]
+    return ClusterModel.build(brokers, dirs, partitions, model.cluster_id)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_balanced_cluster_has_no_reason(seed: int) -> None:
+    model = generate(Shape(brokers=6, dirs_per_broker=2, partitions=300, skew=0.0), seed)
+    found = imbalance.assess(model, Goals(threshold=0.5))
+    assert found.balanced and found.signature == () and found.spread is not None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_skewed_disks_are_found_and_the_proposal_evens_them(seed: int) -> None:
+    model = generate(Shape(brokers=6, dirs_per_broker=2, partitions=300, skew=0.8), seed)
+    found = imbalance.assess(model, GOALS)
+    assert "disk_spread" in found.reasons and found.spread == pytest.approx(spread(eligible_dirs(model)))
+    plan = imbalance.propose(model, GOALS, found)
+    validate(plan, model)
+    after = imbalance.assess(apply(model, plan.moves), GOALS)
+    assert after.spread is not None and found.spread is not None and after.spread < found.spread
+    assert plan.stats["proposed_by"] == "watch" and plan.moves
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rack_violations_are_found_and_fixed(seed: int) -> None:
+    model = generate(Shape(brokers=6, dirs_per_broker=2, partitions=200, rack_violations=0.2), seed)
+    found = imbalance.assess(model, Goals(threshold=1.0))
+    assert "rack" in found.reasons and found.rack_partitions
+    plan = imbalance.propose(model, Goals(threshold=1.0), found)
+    assert "rack" not in imbalance.assess(apply(model, plan.moves), Goals(threshold=1.0)).reasons
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_gone_broker_is_found_and_drained(seed: int) -> None:
+    full = generate(Shape(brokers=9, dirs_per_broker=2, partitions=200), seed)
+    model = without_broker(full, 3)
+    found = imbalance.assess(model, Goals(threshold=1.0))
+    assert "broker_gone" in found.reasons and found.gone_brokers == (3,)
+    assert found.under_replicated == sum(1 for p in model.partitions.values() if 3 in p.replicas) > 0
+    assert "rack" not in found.reasons  # the gone broker's rack is unknown: it breaks no rack rule
+    plan = imbalance.propose(model, Goals(threshold=1.0), found)
+    validate(plan, model)  # what the executor checks against the live cluster
+    assert all(not k.startswith("3:") for k in plan.capacities)
+    after = apply(model, plan.moves)
+    assert all(3 not in p.replicas for p in after.partitions.values()), plan.warnings
+    assert imbalance.assess(after, Goals(threshold=1.0)).reasons == frozenset()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_replicas_that_cannot_leave_a_gone_broker_keep_the_plan_valid(seed: int) -> None:
+    # Broker 3's rack keeps one broker: many replicas have nowhere to go without breaking the rack rule.
+    model = without_broker(generate(Shape(brokers=7, dirs_per_broker=2, partitions=200), seed), 3)
+    found = imbalance.assess(model, Goals(threshold=1.0))
+    plan = imbalance.propose(model, Goals(threshold=1.0), found)
+    validate(plan, model)
+    assert plan.stats["moves"] == len(plan.moves)
+    left = [p for p in apply(model, plan.moves).partitions.values() if 3 in p.replicas]
+    assert left and any("gone broker" in w or "off broker 3" in w for w in plan.warnings)
+
+
+def test_a_full_disk_is_named() -> None:
+    brokers = [Broker(1, "a"), Broker(2, "b")]
+    dirs = [LogDir(1, "/d0", 100, 95), LogDir(1, "/d1", 100, 5), LogDir(2, "/d0", 100, 50)]
+    parts = [
+        Partition("t", 0, (1,), ("/d0",), 95),
+        Partition("t", 1, (1,), ("/d1",), 5),
+        Partition("u", 0, (2,), ("/d0",), 50),
+    ]
+    found = imbalance.assess(ClusterModel.build(brokers, dirs, parts), GOALS)
+    assert found.reasons == {"disk_spread", "disk_full"} and found.full_dirs == ("1:/d0",)
+    assert "disk_full:1:/d0" in found.signature
+
+
+def test_the_signature_ignores_small_writes_but_not_a_new_reason() -> None:
+    model = generate(Shape(brokers=6, dirs_per_broker=2, partitions=300, skew=0.8), 1)
+    grown = ClusterModel.build(
+        model.brokers.values(),
+        [dataclasses.replace(d, used=d.used + 1000) for d in model.all_dirs()],
+        model.partitions.values(),
+    )
+    assert imbalance.assess(model, GOALS).signature == imbalance.assess(grown, GOALS).signature
+    assert imbalance.assess(model, GOALS).signature != imbalance.assess(without_broker(model, 2), GOALS).signature
+
+
+def test_dirs_on_one_filesystem_are_not_judged_by_usage() -> None:
+    brokers = [Broker(1, "a")]
+    # Two dirs reporting the same filesystem (same total and free), no capacity configured.
+    dirs = [LogDir(1, "/d0", 1000, 900, total=1000, free=100), LogDir(1, "/d1", 1000, 0, total=1000, free=100)]
+    parts = [Partition("t", 0, (1,), ("/d0",), 900)]
+    model = ClusterModel.build(brokers, dirs, parts)
+    found = imbalance.assess(model, GOALS)
+    assert found.balanced and found.sizes_unknown == (1,) and found.spread is None
+    with pytest.raises(CapacityError):
+        imbalance.propose(model, GOALS, dataclasses.replace(found, reasons=frozenset({"disk_spread"})))
