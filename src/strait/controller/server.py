@@ -10,6 +10,7 @@ import uuid
 import uvicorn
 
 from strait.access_errors import name_clusters
+from strait.balancer.watcher import BalanceWatcher
 from strait.config import StraitConfig
 from strait.controller.discovery import SourceMetadata
 from strait.controller.groupsync import GroupSync
@@ -22,6 +23,7 @@ from strait.metrics.healing import HealingPolicy
 from strait.metrics.observatory import Observatory, ObservatorySettings
 from strait.metrics.probe import OffsetProbe
 from strait.web.app import create_app
+from strait.web.balance import mount_balance_watch
 from strait.web.dashboard import mount_observability
 
 log = logging.getLogger(__name__)
@@ -85,12 +87,22 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
     syncer = threading.Thread(target=group_sync.run, name="group-sync", daemon=True) if group_sync else None
     if syncer is not None:
         syncer.start()
+    # Balance watch mode (`balance.watch`): the leader samples the listed clusters in its own thread.
+    watcher = (
+        BalanceWatcher(config.clusters, config.balance, leading=lambda: controller.leading)
+        if config.balance.watched()
+        else None
+    )
+    if watcher is not None:
+        threading.Thread(target=watcher.run, name="balance-watch", daemon=True).start()
     app = create_app(service, api_token=config.controller.api_token)
+    mount_balance_watch(app, watcher)
     mount_observability(
         app,
         observatory,
         metrics_token=config.observability.metrics_token,
         group_sync=group_sync.view if group_sync is not None else None,
+        balance_watch=watcher.view if watcher is not None else None,
     )
     log.info("controller %s: API on %s", identity.id, identity.api_url)
     tls = config.controller.tls
@@ -109,6 +121,8 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
         controller.stop()
         if group_sync is not None:
             group_sync.stop()
+        if watcher is not None:
+            watcher.stop()
         loop.join(timeout=10)
         sampler.join(timeout=10)
         probe.close()

@@ -1,4 +1,5 @@
-"""The balancer's current execution, summarised for the dashboard and the metrics.
+"""The balancer's current execution, summarised for the dashboard and the metrics, and the
+watch mode's metrics.
 
 Executions keep their durable state in the balanced cluster (`strait.balancer.state`); the
 controller reads it from every configured cluster that has one.
@@ -7,8 +8,11 @@ controller reads it from every configured cluster that has one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
@@ -69,3 +73,69 @@ def read_executions(clusters: Mapping[str, Mapping[str, Any]]) -> dict[str, dict
         moves = dict(execution.progress.get("moves") or {})
         out[name] = summarize(execution.id, execution.status, moves, alive=execution.alive())
     return out
+
+
+WATCH_REASONS = ("disk_spread", "disk_full", "rack", "broker_gone")
+
+
+class WatchCollector(Collector):
+    """The balance watch mode (`strait.balancer.watcher`), per watched cluster, from its `view()`.
+
+    Only the leader watches: a standby's phase is `standby` and it reports no imbalance.
+    """
+
+    def __init__(self, view: Callable[[], Mapping[str, Mapping[str, Any]]]) -> None:
+        self._view = view
+
+    def collect(self) -> Iterator[Any]:
+        reason = GaugeMetricFamily(
+            "strait_balance_out_of_balance",
+            "1 while the watch finds the cluster out of balance for this reason.",
+            labels=["cluster", "reason"],
+        )
+        seconds = GaugeMetricFamily(
+            "strait_balance_out_of_balance_seconds",
+            "How long the cluster has been out of balance without a break (0: in balance).",
+            labels=["cluster"],
+        )
+        alert = GaugeMetricFamily(
+            "strait_balance_alert",
+            "1 once the cluster has stayed out of balance for balance.after_s (the watch then proposes a plan).",
+            labels=["cluster"],
+        )
+        spread = GaugeMetricFamily(
+            "strait_balance_disk_spread_ratio",
+            "Largest minus smallest disk usage ratio, as the watch last measured it.",
+            labels=["cluster"],
+        )
+        proposal = GaugeMetricFamily(
+            "strait_balance_proposal_moves",
+            "Moves in the plan the watch currently proposes (absent: no proposal).",
+            labels=["cluster"],
+        )
+        held = GaugeMetricFamily(
+            "strait_balance_watch_held",
+            "1 while a person's cancel holds the watch from executing until the imbalance changes.",
+            labels=["cluster"],
+        )
+        errors = CounterMetricFamily(
+            "strait_balance_watch_errors",
+            "Samples, plans or executions of the watch that failed (cluster unreachable, ...).",
+            labels=["cluster"],
+        )
+        for cluster, row in sorted(self._view().items()):
+            errors.add_metric([cluster], row.get("errors", 0))
+            if row.get("phase") == "standby":
+                continue
+            present = set(row.get("reasons") or ())
+            for name in WATCH_REASONS:
+                reason.add_metric([cluster, name], 1.0 if name in present else 0.0)
+            seconds.add_metric([cluster], float(row.get("out_of_balance_s") or 0.0))
+            alert.add_metric([cluster], 1.0 if row.get("alert") else 0.0)
+            held.add_metric([cluster], 1.0 if row.get("held") else 0.0)
+            measured = (row.get("assessment") or {}).get("spread")
+            if measured is not None:
+                spread.add_metric([cluster], measured)
+            if row.get("proposal") is not None:
+                proposal.add_metric([cluster], row["proposal"]["moves"])
+        yield from (reason, seconds, alert, spread, proposal, held, errors)

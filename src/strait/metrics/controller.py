@@ -10,19 +10,25 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from strait.coordination.model import PartitionKey, WorkerState
+from strait.metrics.balance import WatchCollector
 from strait.metrics.observatory import Observatory
 
 PARTITION_LABELS = ["route", "topic", "partition"]
 
 
 def controller_registry(
-    observatory: Observatory, group_sync: Callable[[], dict[str, Any]] | None = None
+    observatory: Observatory,
+    group_sync: Callable[[], dict[str, Any]] | None = None,
+    balance_watch: Callable[[], dict[str, Any]] | None = None,
 ) -> CollectorRegistry:
-    """``group_sync``: the consumer-group sync's view (strait.controller.groupsync.GroupSync.view)."""
+    """``group_sync``: the consumer-group sync's view (strait.controller.groupsync.GroupSync.view);
+    ``balance_watch``: the balance watch mode's (strait.balancer.watcher.BalanceWatcher.view)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_ControllerCollector(observatory))
     if group_sync is not None:
         registry.register(_GroupSyncCollector(group_sync))
+    if balance_watch is not None:
+        registry.register(WatchCollector(balance_watch))
     return registry
 
 
@@ -180,11 +186,17 @@ class _ControllerCollector(Collector):
             "Finished fraction of the latest balancer execution.",
             labels=["cluster", "execution", "status"],
         )
+        waiting = GaugeMetricFamily(
+            "strait_balance_moves_waiting_for_room",
+            "Pending moves of the latest execution held back until their destination disk has room.",
+            labels=["cluster"],
+        )
         for cluster, summary in sorted(dict(view.get("balance") or {}).items()):
             for state, count in summary["by_state"].items():
                 moves.add_metric([cluster, state], count)
             ratio.add_metric([cluster, summary["execution"], summary["status"]], summary["progress"])
-        yield from (moves, ratio)
+            waiting.add_metric([cluster], summary.get("waiting_for_room", 0))
+        yield from (moves, ratio, waiting)
 
 
 def _labels(partition: str) -> list[str]:

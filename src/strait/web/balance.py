@@ -2,12 +2,14 @@
 
 Thin HTTP in front of `strait.balancer.service`; an execution runs in its own process and its
 state lives in the balanced cluster, so every controller (leader or standby) answers the same.
+The watch mode's findings and proposals (`mount_balance_watch`) live in the leader's memory:
+a standby answers that it does not watch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from fastapi import Body, Depends, FastAPI, Query
 from fastapi.responses import JSONResponse
@@ -132,3 +134,41 @@ def mount_balance(
         except ClusterError as exc:
             return _error(503, f"cluster {cluster!r}: {exc}")
         return final if final is not None else _error(404, f"no balance execution on cluster {cluster!r}")
+
+
+class WatchReader(Protocol):
+    """What the REST layer reads of the watch mode (`strait.balancer.watcher.BalanceWatcher`)."""
+
+    names: list[str]
+
+    def view(self) -> dict[str, dict[str, Any]]: ...
+
+    def proposal(self, name: str) -> dict[str, Any] | None: ...
+
+
+def mount_balance_watch(app: FastAPI, watcher: WatchReader | None) -> None:
+    """Add `GET /balance/watch` and `GET /balance/{cluster}/proposal` (the watch mode's plan).
+
+    Without a watcher (`balance.watch` off) both answer 404 saying so.
+    """
+
+    @app.get("/balance/watch", tags=["balance"])
+    def watched() -> Any:
+        """Per watched cluster: phase, reasons, seconds out of balance, alert, proposal summary."""
+        if watcher is None:
+            return _error(404, "the balance watch mode is off (balance.watch in the configuration)")
+        return watcher.view()
+
+    @app.get("/balance/{cluster}/proposal", tags=["balance"])
+    def proposal(cluster: str) -> Any:
+        """The plan the watch mode proposes for the cluster, with why and whether it was executed."""
+        if watcher is None:
+            return _error(404, "the balance watch mode is off (balance.watch in the configuration)")
+        if cluster not in watcher.names:
+            known = ", ".join(watcher.names) or "none"
+            return _error(404, f"cluster {cluster!r} is not watched (balance.clusters: {known})")
+        found = watcher.proposal(cluster)
+        if found is None:
+            row = watcher.view().get(cluster, {})
+            return _error(404, f"no proposal for cluster {cluster!r} (watch phase: {row.get('phase', 'unknown')})")
+        return found

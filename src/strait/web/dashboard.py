@@ -35,13 +35,15 @@ def mount_observability(
     *,
     metrics_token: str | None = None,
     group_sync: Callable[[], dict[str, Any]] | None = None,
+    balance_watch: Callable[[], dict[str, Any]] | None = None,
 ) -> None:
     """Add the observability endpoints and the dashboard to the controller's API.
 
     With ``metrics_token``, `/metrics` and `/metrics/targets` (what Prometheus reads) need
     `Authorization: Bearer <metrics_token>`, compared in constant time, like the workers' `/metrics`.
+    ``balance_watch`` (the balance watch mode's view) adds its metrics and its alerts on the dashboard.
     """
-    app.include_router(_router(observatory, metrics_token, group_sync))
+    app.include_router(_router(observatory, metrics_token, group_sync, balance_watch))
     app.mount("/ui/static", StaticFiles(directory=STATIC, check_dir=False), name="ui-static")
 
 
@@ -49,9 +51,10 @@ def _router(
     observatory: Observatory,
     metrics_token: str | None = None,
     group_sync: Callable[[], dict[str, Any]] | None = None,
+    balance_watch: Callable[[], dict[str, Any]] | None = None,
 ) -> APIRouter:
     router = APIRouter()
-    registry = controller_registry(observatory, group_sync)
+    registry = controller_registry(observatory, group_sync, balance_watch)
 
     def scraper(request: Request) -> None:
         if not bearer_ok(request.headers.get("authorization"), metrics_token):
@@ -84,6 +87,8 @@ def _router(
     def observability(partitions: bool = False) -> dict[str, Any]:
         """The dashboard's figures; per-partition rows (large on big fleets) only on request."""
         view = {**observatory.view(), "charts": observatory.charts()}
+        if balance_watch is not None:
+            view["balance_watch"] = balance_watch()
         if not partitions:
             view.pop("partitions", None)
         return view

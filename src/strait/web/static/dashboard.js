@@ -99,17 +99,34 @@ function render(view) {
       s.flagged ? "bad" : s.stuck ? "warn" : "ok")]);
   fillTable("stages", Object.entries(view.stages), ([name, s]) => [cell(name), cell(fmt(s.p50_s, 4)),
     cell(fmt(s.p99_s, 4)), cell(s.worker)]);
-  renderBalance(view.balance || {});
+  renderBalance(view.balance || {}, view.balance_watch || {});
 }
 
-function renderBalance(balance) {
+// The balance watch mode: an alert line per cluster out of balance for `after_s`, a note while
+// it is only out of balance or a person's cancel holds it.
+function watchLines(watch) {
+  return Object.entries(watch).filter(([, w]) => w.phase !== "standby" && (w.reasons.length || w.error)).map(([cluster, w]) => {
+    const p = document.createElement("p");
+    const reasons = w.reasons.map((r) => r.replace("_", " ")).join(", ");
+    const proposal = w.proposal ? ` · proposal ${w.proposal.id}: ${w.proposal.moves} moves (GET /balance/${cluster}/proposal)` : "";
+    const held = w.held ? " · held: a person cancelled the last plan" : "";
+    p.textContent = w.error && !w.reasons.length ? `${cluster}: watch error: ${w.error}`
+      : `${cluster}: out of balance for ${fmt(w.out_of_balance_s)} s (${reasons})${proposal}${held}`;
+    p.className = w.alert ? "bad" : "warn";
+    return p;
+  });
+}
+
+function renderBalance(balance, watch) {
   const box = document.getElementById("balance");
   const clusters = Object.entries(balance);
+  const alerts = watchLines(watch);
   if (!clusters.length) {
-    box.innerHTML = '<p class="muted">no balancer execution found</p>';
+    box.replaceChildren(...alerts);
+    if (!alerts.length) box.innerHTML = '<p class="muted">no balancer execution found</p>';
     return;
   }
-  box.replaceChildren(...clusters.map(([cluster, b]) => {
+  box.replaceChildren(...alerts, ...clusters.map(([cluster, b]) => {
     const div = document.createElement("div");
     const title = document.createElement("p");
     const states = Object.entries(b.by_state).map(([s, n]) => `${n} ${s}`).join(", ");

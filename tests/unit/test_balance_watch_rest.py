@@ -1,0 +1,105 @@
+"""The watch mode over REST, in the metrics and on the dashboard's feed, and its configuration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry, generate_latest
+from pydantic import ValidationError
+
+from strait.balancer.settings import BalanceConfig
+from strait.config import StraitConfig
+from strait.metrics.balance import WatchCollector
+from strait.web.balance import mount_balance_watch
+
+ALERTING = {
+    "phase": "alerting",
+    "reasons": ["broker_gone", "disk_spread"],
+    "out_of_balance_s": 612.5,
+    "since": 1000.0,
+    "alert": True,
+    "assessment": {"spread": 0.31},
+    "proposal": {"id": "abc", "moves": 7},
+    "execute": False,
+    "after_s": 600.0,
+    "execution": None,
+    "held": False,
+    "checked": 1612.5,
+    "error": None,
+    "errors": 2,
+}
+STANDBY = {**ALERTING, "phase": "standby", "reasons": [], "alert": False, "proposal": None, "errors": 0}
+
+
+class FakeWatcher:
+    def __init__(self) -> None:
+        self.names = ["big", "small"]
+
+    def view(self) -> dict[str, dict[str, Any]]:
+        return {"big": ALERTING, "small": STANDBY}
+
+    def proposal(self, name: str) -> dict[str, Any] | None:
+        return {"id": "abc", "plan": {"moves": []}} if name == "big" else None
+
+
+def client(watcher: FakeWatcher | None) -> TestClient:
+    app = FastAPI()
+    mount_balance_watch(app, watcher)
+    return TestClient(app)
+
+
+def test_proposal_and_view_are_served() -> None:
+    http = client(FakeWatcher())
+    assert http.get("/balance/big/proposal").json()["id"] == "abc"
+    assert http.get("/balance/watch").json()["big"]["reasons"] == ["broker_gone", "disk_spread"]
+    missing = http.get("/balance/small/proposal")
+    assert missing.status_code == 404 and "standby" in missing.json()["error"]
+    unknown = http.get("/balance/other/proposal")
+    assert unknown.status_code == 404 and "not watched" in unknown.json()["error"]
+
+
+def test_without_the_watch_mode_the_routes_say_it_is_off() -> None:
+    http = client(None)
+    for path in ("/balance/watch", "/balance/big/proposal"):
+        answer = http.get(path)
+        assert answer.status_code == 404 and "balance.watch" in answer.json()["error"]
+
+
+def test_metrics_name_each_reason_and_leave_a_standby_out() -> None:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WatchCollector(FakeWatcher().view))
+    text = generate_latest(registry).decode()
+    assert 'strait_balance_out_of_balance{cluster="big",reason="broker_gone"} 1.0' in text
+    assert 'strait_balance_out_of_balance{cluster="big",reason="rack"} 0.0' in text
+    assert 'strait_balance_out_of_balance_seconds{cluster="big"} 612.5' in text
+    assert 'strait_balance_alert{cluster="big"} 1.0' in text
+    assert 'strait_balance_proposal_moves{cluster="big"} 7.0' in text
+    assert 'strait_balance_disk_spread_ratio{cluster="big"} 0.31' in text
+    assert 'strait_balance_watch_errors_total{cluster="big"} 2.0' in text
+    assert 'cluster="small",reason=' not in text and 'strait_balance_alert{cluster="small"}' not in text
+
+
+def test_config_checks_the_watch_options() -> None:
+    chosen = BalanceConfig(clusters=["big"], watch=True, execute=True, after_s=5, throttle="10MB")
+    assert chosen.watched() == ["big"] and chosen.throttle == 10_000_000
+    assert BalanceConfig(clusters=["big"]).watched() == []  # listed, but the watch is off
+    with pytest.raises(ValidationError, match=r"set balance\.watch"):
+        BalanceConfig(clusters=["big"], execute=True)
+    with pytest.raises(ValidationError, match=r"balance\.clusters"):
+        BalanceConfig(watch=True)
+    with pytest.raises(ValidationError):
+        BalanceConfig(clusters=["big"], watch=True, after_s=-1)
+
+
+def test_config_refuses_a_watched_cluster_it_does_not_define() -> None:
+    base: dict[str, Any] = {
+        "zookeeper": {"connect": "127.0.0.1:2181"},
+        "clusters": {"a": {"bootstrap.servers": "127.0.0.1:9092"}, "b": {"bootstrap.servers": "127.0.0.1:9093"}},
+        "routes": [{"name": "r", "source": "a", "destination": "b"}],
+    }
+    StraitConfig.model_validate({**base, "balance": {"clusters": ["a"], "watch": True}})
+    with pytest.raises(ValidationError, match="unknown cluster"):
+        StraitConfig.model_validate({**base, "balance": {"clusters": ["nope"], "watch": True}})
