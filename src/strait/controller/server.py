@@ -16,6 +16,7 @@ from strait.controller.discovery import SourceMetadata
 from strait.controller.groupsync import GroupSync
 from strait.controller.loop import Controller
 from strait.controller.service import ControllerService
+from strait.controller.topicconfig import TopicConfigFollower
 from strait.coordination import connect
 from strait.coordination.model import LeaderInfo
 from strait.metrics.balance import read_executions
@@ -87,6 +88,15 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
     syncer = threading.Thread(target=group_sync.run, name="group-sync", daemon=True) if group_sync else None
     if syncer is not None:
         syncer.start()
+    # Destination topic settings follow the source's (routes with topic_config.follow): one
+    # writer, the leader, in its own thread.
+    follower = (
+        TopicConfigFollower(config, leading=lambda: controller.leading, topics=store.topics)
+        if any(r.topic_config.follow for r in config.routes)
+        else None
+    )
+    if follower is not None:
+        threading.Thread(target=follower.run, name="topic-config", daemon=True).start()
     # Balance watch mode (`balance.watch`): the leader samples the listed clusters in its own thread.
     watcher = (
         BalanceWatcher(config.clusters, config.balance, leading=lambda: controller.leading)
@@ -121,6 +131,8 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
         controller.stop()
         if group_sync is not None:
             group_sync.stop()
+        if follower is not None:
+            follower.stop()
         if watcher is not None:
             watcher.stop()
         loop.join(timeout=10)

@@ -43,6 +43,7 @@ from strait.coordination.model import (
 from strait.coordination.retry import RetryPolicy
 from strait.coordination.store import CoordinationStore, StoreUnavailable, WorkerIdTaken
 from strait.metrics.worker import WorkerMetrics
+from strait.worker.destination import DestinationTopics
 from strait.worker.lease import Lease, always
 from strait.worker.origin import OriginRule
 from strait.worker.task import PartitionTask
@@ -106,6 +107,13 @@ def copier_factory(
             observer=None if metrics is None else metrics.route(route.name),
             lease=valid,
             origin=OriginRule(route.source, route.destination) if route.active_active else None,
+            # Destination topics are created without the settings the route keeps apart.
+            destinations=DestinationTopics(
+                source=source,
+                destination=destination,
+                replication_factor=route.replication_factor,
+                excluded_configs=route.topic_config.excluded,
+            ),
             **extra,
         )
         if metrics is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
@@ -53,19 +53,22 @@ class DestinationError(Exception):
     """The destination topic cannot be made ready; the message names topic and cause."""
 
 
-def configs_to_copy(entries: Iterable[ConfigEntry]) -> dict[str, str]:
+def configs_to_copy(entries: Iterable[ConfigEntry], excluded: Callable[[str], bool] | None = None) -> dict[str, str]:
     """The source topic's own overrides worth carrying to the destination.
 
     Only values set on the topic itself (not broker or built-in defaults: the destination
-    cluster has its own) and not in :data:`EXCLUDED_CONFIGS`; sensitive values are unreadable.
+    cluster has its own) and not ``excluded`` (default: in :data:`EXCLUDED_CONFIGS`; a route's
+    is ``topic_config.excluded``); sensitive values are unreadable.
     """
+    if excluded is None:
+        excluded = EXCLUDED_CONFIGS.__contains__
     copied: dict[str, str] = {}
     for entry in entries:
         # describe_configs reports the source as a plain int, not as the ConfigSource enum.
         source = getattr(entry.source, "value", entry.source)
         if source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value or entry.is_default:
             continue
-        if entry.is_sensitive or entry.value is None or entry.name in EXCLUDED_CONFIGS:
+        if entry.is_sensitive or entry.value is None or excluded(entry.name):
             continue
         copied[entry.name] = entry.value
     return copied
@@ -89,8 +92,10 @@ class DestinationTopics:
         destination: Mapping[str, Any],
         replication_factor: int | None = None,
         timeout_s: float = 30.0,
+        excluded_configs: Callable[[str], bool] | None = None,
     ) -> None:
         self._source_props, self._destination_props = dict(source), dict(destination)
+        self._excluded_configs = excluded_configs  # source settings not copied (see configs_to_copy)
         self._source = clients.admin(source)
         self._destination = clients.admin(destination)
         self._replication_factor = replication_factor
@@ -195,7 +200,7 @@ class DestinationTopics:
         except KafkaException as exc:
             reason = explain(self._source_props, exc, source_topic)
             raise DestinationError(f"source topic {source_topic!r} configs: {reason}") from exc
-        return configs_to_copy(entries.values())
+        return configs_to_copy(entries.values(), self._excluded_configs)
 
     def _broker_count(self) -> int:
         future = self._destination.describe_cluster(request_timeout=self._timeout_s)
