@@ -103,3 +103,31 @@ def test_config_refuses_a_watched_cluster_it_does_not_define() -> None:
     StraitConfig.model_validate({**base, "balance": {"clusters": ["a"], "watch": True}})
     with pytest.raises(ValidationError, match="unknown cluster"):
         StraitConfig.model_validate({**base, "balance": {"clusters": ["nope"], "watch": True}})
+
+
+def test_rest_plans_take_a_traffic_window_and_disk_classes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from strait.balancer import service
+    from strait.balancer.plan import Plan
+    from strait.balancer.tiers import DiskClasses
+    from strait.web.balance import mount_balance
+
+    asked: dict[str, Any] = {}
+
+    def make_plan(props: Any, operation: str = "rebalance", **options: Any) -> Plan:
+        asked.update(options)
+        return Plan(operation=operation, moves=())
+
+    monkeypatch.setattr(service, "make_plan", make_plan)
+    app = FastAPI()
+    configured = {"big": DiskClasses.of({"*": "hdd"})}
+    mount_balance(app, {"big": {"bootstrap.servers": "x:1"}}, lambda: None, None, configured)
+    http = TestClient(app)
+    answer = http.get("/balance/big/plan", params={"traffic_window": 30, "disk_class": ["/data/ssd*=ssd"]})
+    assert answer.status_code == 200 and asked["traffic_window_s"] == 30
+    tiers = asked["classes"]
+    assert tiers.class_of(1, "/data/ssd1") == "ssd" and tiers.class_of(1, "/data/d0") == "hdd"
+    http.get("/balance/big/plan")
+    assert asked["traffic_window_s"] is None and asked["classes"].class_of(1, "/data/ssd1") == "hdd"
+    assert http.get("/balance/big/plan", params={"disk_class": ["nonsense"]}).status_code == 400
+    assert http.get("/balance/big/plan", params={"disk_class": ["*=tape"]}).status_code == 400
+    assert http.get("/balance/big/plan", params={"traffic_window": -1}).status_code == 422

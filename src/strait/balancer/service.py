@@ -1,6 +1,7 @@
 """The balancer as a few calls, for the controller's REST layer (and anything else embedding it).
 
     GET    /balance/{cluster}/plan                  -> make_plan(props, ...).to_dict()
+    GET    /balance/{cluster}/proposal              -> the watch mode's plan (`strait.balancer.watcher`)
     POST   /balance/{cluster}/executions            -> submit(props, plan, options)
     GET    /balance/{cluster}/executions/current    -> current(props)
     DELETE /balance/{cluster}/executions/current    -> cancel(props)
@@ -21,12 +22,14 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from strait.balancer import executor, operations
+from strait.balancer import executor, operations, sampler
 from strait.balancer.capacity import Capacities
 from strait.balancer.gateway import KafkaGateway
 from strait.balancer.goals import Goals
 from strait.balancer.plan import Plan
 from strait.balancer.state import StateStore
+from strait.balancer.tiers import DiskClasses
+from strait.balancer.traffic import Traffic
 
 OPERATIONS = ("rebalance", "drain", "fill", "fix-racks", "leaders")
 
@@ -38,31 +41,43 @@ def make_plan(
     brokers: Collection[int] = (),
     goals: Goals | None = None,
     capacities: Capacities | Mapping[str, int] | None = None,
+    traffic_window_s: float | None = None,
+    classes: DiskClasses | None = None,
 ) -> Plan:
     """Load the cluster and plan `operation` (dry run: nothing changes).
 
-    Raises `CapacityError` where the plan needs disk sizes the brokers cannot tell (dirs sharing
-    one filesystem) and `capacities` does not give them.
+    With `traffic_window_s` > 0, each partition's traffic is measured over that window first
+    (`strait.balancer.sampler`) and the plan balances broker loads too; disk `classes` place hot
+    replicas on SSD dirs (`rebalance` and `drain`), and need a window (10 s unless given), as on
+    the command line. Raises `CapacityError` where the plan needs disk sizes the brokers cannot
+    tell (dirs sharing one filesystem) and `capacities` does not give them.
     """
     if operation not in OPERATIONS:
         raise ValueError(f"unknown operation {operation!r} (one of {', '.join(OPERATIONS)})")
     if operation in ("drain", "fill") and not brokers:
         raise ValueError(f"{operation} needs the broker ids to {operation}")
+    window = (10.0 if classes else 0.0) if traffic_window_s is None else traffic_window_s
+    if window < 0:
+        raise ValueError(f"the traffic window must be 0 or more seconds, not {window}")
+    traffic: Traffic | None = None
     gateway = KafkaGateway(props, capacities)
     try:
-        model = gateway.load_model()
+        if window > 0:
+            model, traffic = sampler.measure(gateway, props, window)
+        else:
+            model = gateway.load_model()
     finally:
         gateway.close()
     goals = goals or Goals()
     if operation == "drain":
-        return operations.drain(model, brokers, goals)
+        return operations.drain(model, brokers, goals, traffic, classes)
     if operation == "fill":
-        return operations.fill(model, brokers, goals)
+        return operations.fill(model, brokers, goals, traffic)
     if operation == "fix-racks":
         return operations.fix_racks(model, goals)
     if operation == "leaders":
-        return operations.leaders(model, goals)
-    return operations.rebalance(model, goals)
+        return operations.leaders(model, goals, traffic)
+    return operations.rebalance(model, goals, traffic, classes)
 
 
 def submit(

@@ -127,5 +127,6 @@ def create_app(service: ControllerService, *, api_token: str | None) -> FastAPI:
         return service.assignment()
 
     sizes = {name: service.config.balance.capacities_of(name) for name in service.config.clusters}
-    mount_balance(app, service.config.clusters, require_token, sizes)
+    tiers = {name: service.config.balance.classes_of(name) for name in service.config.clusters}
+    mount_balance(app, service.config.clusters, require_token, sizes, tiers)
     return app

@@ -20,9 +20,15 @@ from strait.balancer.capacity import Capacities
 from strait.balancer.errors import CapacityError, ClusterError, ExecutionConflict, PlanError
 from strait.balancer.goals import Goals
 from strait.balancer.plan import Plan
+from strait.balancer.tiers import DiskClasses
 from strait.balancer.units import parse_bytes
 
 Operation = Literal["rebalance", "drain", "fill", "fix-racks", "leaders"]
+TRAFFIC_WINDOW = (
+    "seconds to measure each partition's traffic before planning (broker network in/out and leader "
+    "bytes in are balanced too); default 0, or 10 when disk classes apply"
+)
+DISK_CLASS = "storage tier of log dirs, over balance.disk_classes: 'DIR_GLOB=ssd' or '=hdd' (keys as for capacities)"
 
 
 class ExecutionBody(BaseModel):
@@ -36,6 +42,8 @@ class ExecutionBody(BaseModel):
     threshold: float = Field(default=0.10, gt=0, lt=1)
     mode: Literal["pipeline", "batch"] = "pipeline"
     throttle: str | None = Field(default=None, description="bytes/s with a unit, e.g. 50KB or 20MB")
+    traffic_window: float | None = Field(default=None, ge=0, le=600, description=TRAFFIC_WINDOW)
+    disk_class: list[str] = Field(default_factory=list, description=DISK_CLASS)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -47,13 +55,26 @@ def mount_balance(
     clusters: Mapping[str, Mapping[str, Any]],
     require_token: Callable[..., None],
     capacities: Mapping[str, Capacities] | None = None,
+    classes: Mapping[str, DiskClasses] | None = None,
 ) -> None:
     """Add the `/balance/...` endpoints for the clusters named in the configuration.
 
     `capacities` holds each cluster's configured disk sizes (`balance.capacities`). A plan that
     needs sizes the brokers cannot tell is refused with 422, naming the brokers and dirs.
+    `classes` holds each cluster's disk classes (`balance.disk_classes`); `disk_class` in a
+    request overrides them dir by dir.
     """
     sizes = dict(capacities or {})
+    tiers = dict(classes or {})
+
+    def classes_of(cluster: str, given: list[str]) -> DiskClasses:
+        rules: dict[str, str] = {}
+        for item in given:
+            key, sep, value = item.rpartition("=")
+            if not sep or not key:
+                raise ValueError(f"disk_class {item!r}: give DIR_GLOB=ssd or DIR_GLOB=hdd")
+            rules[key] = value
+        return DiskClasses.of(rules).over(tiers.get(cluster))
 
     def props_of(cluster: str) -> Mapping[str, Any] | JSONResponse:
         if cluster not in clusters:
@@ -67,6 +88,8 @@ def mount_balance(
         operation: Operation = "rebalance",
         brokers: list[int] = Query(default=[]),
         threshold: float = Query(default=0.10, gt=0, lt=1),
+        traffic_window: float | None = Query(default=None, ge=0, le=600, description=TRAFFIC_WINDOW),
+        disk_class: list[str] = Query(default=[], description=DISK_CLASS),
     ) -> Any:
         """A dry-run plan for the cluster (nothing moves)."""
         props = props_of(cluster)
@@ -74,7 +97,13 @@ def mount_balance(
             return props
         try:
             return service.make_plan(
-                props, operation, brokers=brokers, goals=Goals(threshold=threshold), capacities=sizes.get(cluster)
+                props,
+                operation,
+                brokers=brokers,
+                goals=Goals(threshold=threshold),
+                capacities=sizes.get(cluster),
+                traffic_window_s=traffic_window,
+                classes=classes_of(cluster, disk_class),
             ).to_dict()
         except CapacityError as exc:
             return _error(422, str(exc))
@@ -100,6 +129,8 @@ def mount_balance(
                     brokers=body.brokers,
                     goals=Goals(threshold=body.threshold),
                     capacities=sizes.get(cluster),
+                    traffic_window_s=body.traffic_window,
+                    classes=classes_of(cluster, body.disk_class),
                 )
             )
             options = executor.Options(mode=body.mode, throttle=throttle)
