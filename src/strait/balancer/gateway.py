@@ -163,8 +163,9 @@ class KafkaGateway:
         except (clients.UnsupportedProperty, OSError) as exc:  # a setting, or a TLS file it names
             where = access_errors.cluster_label(self.props)
             raise ClusterError(f"cannot use the properties of {where}: {exc}") from exc
-        if str(self.props.get("security.protocol", "PLAINTEXT")).upper() != "PLAINTEXT":
-            probe(self.props)  # only a secured cluster can refuse a login or a certificate
+        # A refused login or certificate, or a client speaking the wrong security.protocol for
+        # the listener (a plaintext client at a TLS port too), is said at once, not after a timeout.
+        probe(self.props)
         try:
             self._admin = _Refusals(clients.legacy_admin(self.props, client_id="strait-balancer"), self.props)
         except Exception as exc:

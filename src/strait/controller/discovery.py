@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from confluent_kafka import KafkaException
 
 from strait import clients
+from strait.access_errors import explain
 from strait.config import RouteConfig
 from strait.coordination.model import TopicSpec
 
@@ -122,7 +123,11 @@ class SourceMetadata:
         try:
             metadata = admin.list_topics(timeout=self._timeout_s)  # type: ignore[attr-defined]
         except KafkaException as exc:
-            raise MetadataUnavailable(f"cannot list topics of cluster {cluster!r}: {exc}") from exc
+            # Serve the client's queued error callbacks first: a refused login or TLS handshake
+            # recorded there names the principal and the cause (strait.access_errors).
+            admin.poll(0)  # type: ignore[attr-defined]
+            cause = explain(self._clusters[cluster], exc)
+            raise MetadataUnavailable(f"cannot list topics of cluster {cluster!r}: {cause}") from exc
         return {
             name: len(topic.partitions)
             for name, topic in metadata.topics.items()

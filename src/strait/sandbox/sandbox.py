@@ -163,7 +163,7 @@ class Sandbox:
             for name, mode in modes.items():
                 sandbox.clusters[name] = sandbox._layout_cluster(name, spec, mode, credentials)
             sandbox._save()
-            sandbox._format_all(kafka_cp)
+            sandbox._format_all(kafka_cp, timeout_s=max(120.0, spec.startup_timeout_s))
             if sandbox.zk is not None:
                 sandbox._spawn_zookeeper(zk_cp)
             for cluster in sandbox.clusters.values():
@@ -250,7 +250,7 @@ class Sandbox:
             security=tuple(security.broker_settings(mode, cluster.credentials)),
         )
 
-    def _format_all(self, kafka_cp: str) -> None:
+    def _format_all(self, kafka_cp: str, timeout_s: float = 120.0) -> None:
         # StorageTool is a JVM start each; run them side by side to keep start-up short.
         running: list[tuple[subprocess.Popen[bytes], BrokerState]] = []
         for cluster in self.clusters.values():
@@ -270,9 +270,11 @@ class Sandbox:
                 log.close()
                 running.append((proc, broker))
         failures = []
+        deadline = time.monotonic() + timeout_s
         for proc, broker in running:
             try:
-                code = proc.wait(timeout=120)
+                # One deadline for all: they run side by side (a loaded machine may need minutes).
+                code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 code = -1
