@@ -20,8 +20,19 @@ from strait.bench.plots import plot as plot
 from strait.bench.report_delivery import DELIVERY_SECTION, delivery_summary
 from strait.bench.report_failover import FAILOVER_SECTION, failover_summary
 from strait.bench.report_missing import MISSING_TERMS, missing_summary
+from strait.bench.report_security import SECURITY_SECTION
 
-SCENARIOS = ("smoke", "throughput", "latency", "add-topics", "worker-failure", "profile", "delivery", "failover")
+SCENARIOS = (
+    "smoke",
+    "throughput",
+    "latency",
+    "add-topics",
+    "worker-failure",
+    "profile",
+    "delivery",
+    "failover",
+    "security",
+)
 
 COMMANDS = {
     "smoke": "strait bench smoke",
@@ -32,6 +43,7 @@ COMMANDS = {
     "profile": "strait bench profile",
     "delivery": "strait bench delivery",
     "failover": "strait bench failover",
+    "security": "strait bench security",
 }
 
 
@@ -320,6 +332,7 @@ _SECTIONS: dict[str, tuple[str, str, Callable[[dict[str, Any]], list[str]]]] = {
     ),
     "delivery": DELIVERY_SECTION,
     "failover": FAILOVER_SECTION,
+    "security": SECURITY_SECTION,
 }
 
 
@@ -427,6 +440,7 @@ def render_markdown(results: dict[str, dict[str, Any]]) -> str:
         "worker-failure",
         "delivery",
         "failover",
+        "security",
         "profile",
         "smoke",
     ):

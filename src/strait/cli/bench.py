@@ -43,8 +43,11 @@ def _session(
     workdir: Path | None,
     keep: bool,
     body: Callable[[Any], list[dict[str, Any]]],
+    clusters: tuple[tuple[str, ...], dict[str, str]] | None = None,
 ) -> None:
-    """Sandbox up, run ``body(bench)``, save and plot its results, regenerate the Markdown, tear down."""
+    """Sandbox up, run ``body(bench)``, save and plot its results, regenerate the Markdown, tear down.
+
+    ``clusters``: the sandbox's cluster names and their security modes (default src and dst, plaintext)."""
     from strait.bench import machine, report
     from strait.bench.scenarios import Bench
     from strait.sandbox import Sandbox, SandboxSpec
@@ -59,7 +62,8 @@ def _session(
     described = machine.describe()
     typer.echo(f"benchmark work folder: {root}")
     started = time.monotonic()
-    sandbox = Sandbox.up(SandboxSpec(clusters=("src", "dst"), brokers=1, log_dirs=1, state_dir=root / "sandbox"))
+    names, modes = clusters or (("src", "dst"), {})
+    sandbox = Sandbox.up(SandboxSpec(clusters=names, brokers=1, log_dirs=1, state_dir=root / "sandbox", security=modes))
     failed = True
     try:
         bench = Bench(sandbox=sandbox, workdir=root / "runs", systems=_words(systems), log=lambda m: typer.echo(m))
@@ -117,6 +121,50 @@ def throughput(
                 repeats=repeats,
             )
         ],
+    )
+
+
+@app.command()
+def security(
+    modes: str = typer.Option(
+        "tls", help="Secured modes to compare with plaintext (always run): tls, sasl_ssl, mtls, comma-separated."
+    ),
+    sizes: str = typer.Option("1024", help="Record sizes in bytes."),
+    records: int = typer.Option(100_000, help="Records in each pre-filled topic."),
+    partitions: int = typer.Option(4, help="Partitions of the source topic."),
+    compression: str = typer.Option("none", help="Source (and Strait's producer) compression type."),
+    repeats: int = typer.Option(1, help="Repeat everything (the order of the modes alternates)."),
+    results_dir: Path = _RESULTS,
+    markdown: Path = _MARKDOWN,
+    workdir: Path | None = _WORKDIR,
+    keep: bool = _KEEP,
+) -> None:
+    """One Strait worker's copy throughput over TLS (and SASL_SSL, mTLS) against plaintext, in the same run."""
+    from strait.bench.scenarios import security as scenario
+    from strait.sandbox.errors import SandboxError
+
+    try:
+        chosen = scenario.parse_modes(modes)
+    except (SandboxError, ValueError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--modes") from None
+    _session(
+        "strait",
+        results_dir,
+        markdown,
+        workdir,
+        keep,
+        lambda bench: [
+            scenario.security(
+                bench,
+                modes=chosen,
+                sizes=_ints(sizes),
+                compression=compression,
+                records=records,
+                partitions=partitions,
+                repeats=repeats,
+            )
+        ],
+        clusters=scenario.sandbox_layout(chosen),
     )
 
 

@@ -48,15 +48,22 @@ class Bench:
     log: Callable[[str], None] = print
     mm2_heap: str = "512m"
     session_timeout_s: float = 10.0
+    # The sandbox clusters copied from and to (`strait bench security` has a pair per security mode).
+    src_cluster: str = "src"
+    dst_cluster: str = "dst"
+    # On clusters with ACLs: everything (workload and replicator) as the super user, not `strait`.
+    super_user: bool = False
     _runs: int = field(default=0, init=False)
 
     @property
     def src(self) -> dict[str, str]:
-        return self.sandbox.clusters["src"].props()
+        cluster = self.sandbox.clusters[self.src_cluster]
+        return cluster.admin_props() if self.super_user else cluster.props()
 
     @property
     def dst(self) -> dict[str, str]:
-        return self.sandbox.clusters["dst"].props()
+        cluster = self.sandbox.clusters[self.dst_cluster]
+        return cluster.admin_props() if self.super_user else cluster.props()
 
     def active_systems(self) -> list[str]:
         systems = [s for s in self.systems if s in SYSTEMS]
@@ -113,8 +120,8 @@ class Bench:
             dst_bootstrap=self.dst["bootstrap.servers"],
             # On secured clusters MirrorMaker runs as the super user: its Connect group and
             # internal topics are not among the ACLs of Strait's least-privilege user.
-            src_props=self.sandbox.clusters["src"].admin_props(),
-            dst_props=self.sandbox.clusters["dst"].admin_props(),
+            src_props=self.sandbox.clusters[self.src_cluster].admin_props(),
+            dst_props=self.sandbox.clusters[self.dst_cluster].admin_props(),
             workdir=run_dir / "mm2",
             tasks=parallelism,
             nodes=nodes,
@@ -224,7 +231,7 @@ def verdict(
         bench.src,
         bench.dst,
         log=bench.log,
-        offsets_props=bench.sandbox.clusters["dst"].admin_props(),  # MirrorMaker's own user (see above)
+        offsets_props=bench.sandbox.clusters[bench.dst_cluster].admin_props(),  # MirrorMaker's own user (see above)
     )
     return report.summary()
 

@@ -1,0 +1,162 @@
+"""One Strait worker's copy throughput per security mode, all modes in one run on one sandbox.
+
+The sandbox holds a source and a destination cluster per mode (``src``/``dst`` in plaintext,
+``tls-src``/``tls-dst`` in TLS, and so on, see :func:`cluster_pair`); each run copies its own
+pre-filled topic from the mode's source to its destination with one worker (the throughput
+scenario's harness), the modes alternating so that none always runs first. The result is each
+secured mode's records/s and CPU per GB against plaintext's from the same run (issue 10).
+
+In the modes with ACLs (``sasl_ssl``, ``mtls``) the workload and Strait run as the sandbox's
+super user: the least-privilege user cannot write the source topics the benchmark fills, and
+which principal passes the ACL check does not change the cost of the encrypted connection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from strait.bench.machine import LoadWatch
+from strait.bench.markdown import missing_words
+from strait.bench.scenarios.harness import Bench, mean, ratio, strait_available
+from strait.bench.scenarios.throughput import _throughput_run
+from strait.sandbox.security import SecurityMode
+
+BASELINE = SecurityMode.PLAINTEXT.value
+
+
+def cluster_pair(mode: str) -> tuple[str, str]:
+    """The sandbox clusters copied from and to in ``mode``: ``src``/``dst`` for plaintext."""
+    return ("src", "dst") if mode == BASELINE else (f"{mode}-src", f"{mode}-dst")
+
+
+def parse_modes(text: str) -> list[str]:
+    """``plaintext,tls``: known modes, plaintext always included (it is the baseline), no repeats."""
+    from strait.sandbox.security import mode
+
+    modes = [BASELINE]
+    for word in text.split(","):
+        if word.strip():
+            name = mode(word).value
+            if name not in modes:
+                modes.append(name)
+    if len(modes) < 2:
+        raise ValueError("name at least one secured mode to compare with plaintext: tls, sasl_ssl or mtls")
+    return modes
+
+
+def sandbox_layout(modes: Sequence[str]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """Cluster names and their security modes for a sandbox that serves ``modes``."""
+    clusters: list[str] = []
+    security: dict[str, str] = {}
+    for name in modes:
+        for cluster in cluster_pair(name):
+            clusters.append(cluster)
+            security[cluster] = name
+    return tuple(clusters), security
+
+
+def security(
+    bench: Bench,
+    *,
+    modes: Sequence[str] = (BASELINE, SecurityMode.TLS.value),
+    sizes: Sequence[int] = (1024,),
+    compression: str = "none",
+    records: int = 100_000,
+    partitions: int = 4,
+    repeats: int = 1,
+    timeout_s: float = 600.0,
+) -> dict[str, Any]:
+    """Copy throughput of one Strait worker in each security mode; ratios against plaintext."""
+    if not strait_available():
+        raise RuntimeError("Strait's replicator is not in this checkout: nothing to compare")
+    runs: list[dict[str, Any]] = []
+    with LoadWatch() as overall:
+        for repeat in range(repeats):
+            for i, size in enumerate(sizes):
+                turn = list(modes) if (repeat + i) % 2 == 0 else list(modes)[::-1]
+                for name in turn:
+                    src, dst = cluster_pair(name)
+                    mode_bench = dataclasses.replace(
+                        bench,
+                        workdir=bench.workdir / name,
+                        src_cluster=src,
+                        dst_cluster=dst,
+                        super_user=SecurityMode(name).authorizes,
+                    )
+                    bench.log(
+                        f"security: {name} copy of {records:,} records of {size} B, {partitions} partitions, "
+                        f"one worker (repeat {repeat + 1}/{repeats})"
+                    )
+                    with LoadWatch() as load:
+                        run = _throughput_run(
+                            mode_bench, "strait", 1, size, compression, records, partitions, timeout_s
+                        )
+                    run.update(
+                        security=name,
+                        repeat=repeat,
+                        user="admin" if mode_bench.super_user else "strait",
+                        load=load.summary(),
+                    )
+                    run.pop("timeline", None)
+                    runs.append(run)
+                    bench.log(f"  -> {format_run(run)}")
+    return {
+        "scenario": "security",
+        "params": {
+            "modes": list(modes),
+            "sizes": list(sizes),
+            "compression": compression,
+            "records": records,
+            "partitions": partitions,
+            "workers": 1,
+            "repeats": repeats,
+        },
+        "load": overall.summary(),
+        "runs": runs,
+        "ratios": security_ratios(runs, modes, sizes),
+    }
+
+
+def security_ratios(runs: Sequence[dict[str, Any]], modes: Sequence[str], sizes: Sequence[int]) -> list[dict[str, Any]]:
+    """Per record size and secured mode: mean records/s and CPU s/GB, and their ratio to plaintext's."""
+    rows = []
+    for size in sizes:
+
+        def avg(name: str, metric: str, size: int = size) -> float | None:
+            return mean(
+                [
+                    r.get(metric)
+                    for r in runs
+                    if r.get("security") == name and r.get("size") == size and not r.get("error")
+                ]
+            )
+
+        for name in modes:
+            if name == BASELINE:
+                continue
+            rows.append(
+                {
+                    "size": size,
+                    "security": name,
+                    "records_per_s": avg(name, "records_per_s"),
+                    "plaintext_records_per_s": avg(BASELINE, "records_per_s"),
+                    "records_per_s_ratio": ratio(avg(name, "records_per_s"), avg(BASELINE, "records_per_s")),
+                    "cpu_s_per_gb": avg(name, "cpu_s_per_gb"),
+                    "plaintext_cpu_s_per_gb": avg(BASELINE, "cpu_s_per_gb"),
+                    "cpu_s_per_gb_ratio": ratio(avg(name, "cpu_s_per_gb"), avg(BASELINE, "cpu_s_per_gb")),
+                }
+            )
+    return rows
+
+
+def format_run(run: dict[str, Any]) -> str:
+    load = run.get("load") or {}
+    where = f"load 1m {load.get('min_1m')}-{load.get('max_1m')}"
+    if run.get("error"):
+        return f"FAILED: {run['error']} ({where})"
+    return (
+        f"{run['records_per_s']:,.0f} rec/s, {run['mb_per_s']:.1f} MB/s, {run['cpu_s_per_gb']:.0f} CPU s/GB, "
+        f"{missing_words(run.get('verify', {}))}, dup {run.get('verify', {}).get('duplicated')} ({where})"
+    )
