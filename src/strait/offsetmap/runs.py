@@ -55,6 +55,20 @@ class RunRecorder:
                 self._closed.append(Run(run[0], run[1], run[2]))
             self._open = [source_offset, destination_offset, 1]
 
+    def note_many(self, source_offset: int, destination_offset: int, count: int) -> None:
+        """``count`` consecutive records from ``source_offset`` landed from ``destination_offset``
+        on (one whole record batch): the same as ``count`` calls of :meth:`note`."""
+        run = self._open
+        if run is not None and source_offset == run[0] + run[2] and destination_offset == run[1] + run[2]:
+            run[2] += count
+            return
+        if destination_offset < 0 or count < 1:
+            return
+        with self._lock:
+            if run is not None:
+                self._closed.append(Run(run[0], run[1], run[2]))
+            self._open = [source_offset, destination_offset, count]
+
     def take(self) -> list[Run]:
         """Runs to publish: every run closed since the last call, and the open one if it grew."""
         with self._lock:

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from strait.config import RouteConfig, StraitConfig
 from strait.coordination.model import (
@@ -76,6 +76,17 @@ class RouteCopier(Protocol):
 CopierFactory = Callable[[RouteConfig], RouteCopier]
 
 
+def copy_mode(route: RouteConfig) -> tuple[Literal["record", "batch"], str]:
+    """How a route's partitions are copied, and why record by record when they are."""
+    if route.delivery == "exactly-once":
+        return "record", "exactly-once route (transactional pipeline)"
+    if route.active_active:
+        return "record", "active-active route (origin header on each record)"
+    if route.copy_mode == "record":
+        return "record", "route option copy: record"
+    return "batch", ""
+
+
 def copier_factory(
     config: StraitConfig, worker_id: str, metrics: WorkerMetrics | None = None, lease: Lease | None = None
 ) -> CopierFactory:
@@ -107,6 +118,8 @@ def copier_factory(
             observer=None if metrics is None else metrics.route(route.name),
             lease=valid,
             origin=OriginRule(route.source, route.destination) if route.active_active else None,
+            copy=copy_mode(route)[0],
+            copy_reason=copy_mode(route)[1],
             # Destination topics are created without the settings the route keeps apart.
             destinations=DestinationTopics(
                 source=source,

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 REALTIME = "realtime"
 CATCHUP = "catchup"
+BATCH = "batch"
 
 # Starting a partition needs the source and destination admin APIs; when they fail the
 # partition is tried again after this long.
@@ -49,6 +50,7 @@ CLASSIFY_INTERVAL_S = 1.0
 ADMIN_TIMEOUT_S = 15.0
 
 Phase = Literal["starting", "running", "moving", "releasing"]
+CopyMode = Literal["record", "batch"]
 
 PipelineFactory = Callable[..., Pipeline]
 
@@ -76,6 +78,9 @@ class PartitionStats:
     last_progress: float | None
     rewinds: int
     skipped: int
+    # "batch" or "record", and why a partition of a batch route runs in record mode.
+    mode: str = "record"
+    mode_reason: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict."""
@@ -236,8 +241,12 @@ class Copier:
         offset_map: MapWriter | None = None,
         lease: Callable[[], bool] = always,
         origin: OriginRule | None = None,
+        copy: CopyMode = "record",
+        copy_reason: str = "",
+        batch_factory: PipelineFactory | None = None,
     ) -> None:
         self.route = route
+        self._copy_reason = copy_reason
         self.group_id = group_id
         self.worker_id = worker_id
         self._commit_interval_s = commit_interval_s
@@ -267,6 +276,15 @@ class Copier:
         self._catchup = (
             factory(name=CATCHUP, settings=catchup_settings, **common) if catchup_lag_threshold is not None else None
         )
+        # copy: batch: partitions start in the batch pipeline; one whose batches cannot pass
+        # unchanged moves to the record pipelines above (strait.worker.batch.pipeline).
+        self._batch: Pipeline | None = None
+        if copy == "batch":
+            if batch_factory is None:
+                from strait.worker.batch.pipeline import BatchPipeline
+
+                batch_factory = BatchPipeline
+            self._batch = batch_factory(name=BATCH, settings=catchup_settings, **common)
         self._lock = threading.Lock()
         self._entries: dict[PartitionTask, _Entry] = {}
         self._wake = threading.Event()
@@ -407,7 +425,8 @@ class Copier:
     # -- control thread --------------------------------------------------------------------
 
     def _pipelines(self) -> list[Pipeline]:
-        return [self._realtime] if self._catchup is None else [self._realtime, self._catchup]
+        pipelines = [self._realtime] if self._catchup is None else [self._realtime, self._catchup]
+        return pipelines if self._batch is None else [*pipelines, self._batch]
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -445,6 +464,8 @@ class Copier:
         if self._catchup is not None and now >= self._next_classify:
             self._next_classify = now + CLASSIFY_INTERVAL_S
             self._classify(entries, now)
+        if self._batch is not None:
+            self._to_record_mode(entries)
 
     def _advance_revoke(self, entry: _Entry, now: float) -> bool:
         """Move a revoke forward; True once the partition can be committed and dropped."""
@@ -539,6 +560,20 @@ class Copier:
             entry.released = entry.pipeline.release(state)
             entry.phase = "moving"
 
+    def _to_record_mode(self, entries: list[_Entry]) -> None:
+        """Move partitions the batch pipeline handed to record mode to a record pipeline."""
+        for entry in entries:
+            state = entry.state
+            batch = self._batch
+            if batch is None or entry.pipeline is not batch or entry.phase != "running" or entry.revoke_deadline:
+                continue
+            if state.mode != "record" or state.failed:
+                continue
+            log.info("moving %s to record mode: %s", state.task, state.mode_reason)
+            entry.target = self._realtime
+            entry.released = batch.release(state)
+            entry.phase = "moving"
+
     def _start_partitions(self, entries: list[_Entry]) -> None:
         """Make destinations ready, find each start offset, and hand partitions to a pipeline."""
         by_topic: dict[tuple[str, str], list[_Entry]] = {}
@@ -596,6 +631,10 @@ class Copier:
                 )
             lagging = self._catchup is not None and end - start > (self._catchup_lag_threshold or 0)
             pipeline = self._catchup if lagging and self._catchup is not None else self._realtime
+            if self._batch is not None:
+                pipeline = self._batch
+            else:
+                state.mode_reason = self._copy_reason
             with self._lock:
                 if entry.revoke_deadline is not None:
                     continue
@@ -701,4 +740,6 @@ class Copier:
             last_progress=state.last_progress,
             rewinds=state.rewinds,
             skipped=state.skipped,
+            mode=state.mode,
+            mode_reason=state.mode_reason,
         )

@@ -153,6 +153,10 @@ class PartitionState:
         self.durable: int | None = None
         # Which source offsets landed where on the destination (the offset map's runs).
         self.runs = RunRecorder()
+        # How the partition is copied: "batch" (whole record batches) or "record", and why it is
+        # copied record by record when its route asked for batches (or what the route says).
+        self.mode = "record"
+        self.mode_reason = ""
 
     @property
     def failed(self) -> bool:

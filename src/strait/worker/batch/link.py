@@ -1,0 +1,259 @@
+"""Non-blocking raw-batch I/O for the batch pipeline: one kafka-python network selector shared
+by the source and the destination cluster, so one thread drives fetches and produces at once.
+
+Why kafka-python 3 (see also :mod:`strait.worker.batch.wire`): its request classes are generated
+from Kafka's own JSON schemas and carry the ``records`` field as plain bytes both ways, and its
+connection layer speaks SASL and TLS with the options :func:`strait.clients.kafka_python_options`
+builds. Every call here returns a kafka-python ``Future`` (or answers at once from a cache);
+:meth:`Links.poll` drives both clusters' sockets.
+
+Requests:
+
+- Fetch (v4-12): many partitions of one source leader in one sessionless request, each from its
+  own offset, ``read_committed`` (the answer carries the aborted transactions).
+- Produce (v3-9): one batch per partition per request, several partitions of one destination
+  leader in one request, ``acks=all``.
+- InitProducerId: one idempotent producer id and epoch per partition copy (a rewind or a new
+  owner takes a new one, so sequences always start at 0 and never need repair).
+- Metadata and DescribeConfigs: blocking, rare (start of a partition, a leader change).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from strait.clients import kafka_python_options
+from strait.worker.batch.compat import DestinationTopic
+from strait.worker.batch.outcomes import error_name
+from strait.worker.batch.select import AbortedTransaction
+from strait.worker.batch.wire import (
+    FETCH_MAX_VERSION,
+    PRODUCE_MAX_VERSION,
+    READ_COMMITTED,
+    FetchedPartition,
+    Produced,
+    WireError,
+)
+
+TOPIC_RESOURCE = 2
+# Requests outstanding per connection: the pipeline keeps at most 5 batches in flight per
+# partition itself; a connection carries several partitions' requests.
+MAX_IN_FLIGHT_PER_CONNECTION = 64
+
+Key = tuple[str, int]
+
+
+class ClusterLink:
+    """A kafka-python network client to one cluster, on a (shared) network selector."""
+
+    def __init__(self, props: Mapping[str, Any], *, net: Any, client_id: str, request_timeout_ms: int) -> None:
+        from kafka.net.compat import KafkaNetClient
+
+        options = kafka_python_options(dict(props))
+        options.pop("api_version", None)
+        self.timeout_ms = request_timeout_ms
+        self.client: Any = KafkaNetClient(
+            net=net,
+            client_id=client_id,
+            request_timeout_ms=request_timeout_ms,
+            receive_message_max_bytes=128 * 1024 * 1024,
+            max_in_flight_requests_per_connection=MAX_IN_FLIGHT_PER_CONNECTION,
+            **options,
+        )
+        self.client._manager.bootstrap(timeout_ms=request_timeout_ms)
+
+    def close(self) -> None:
+        self.client._manager.close()
+
+    def _any_node(self) -> int:
+        node = self.client.least_loaded_node(bootstrap_fallback=True)
+        if node is None:
+            raise WireError("no broker available")
+        return int(node)
+
+    def _call(self, request: Any) -> Any:
+        return self.client.send_and_receive(self._any_node(), request, timeout_ms=self.timeout_ms)
+
+    def send(self, node_id: int, request: Any) -> Any:
+        """Send without waiting: the answer's future (a failed one if the node is not ready)."""
+        self.client.maybe_connect(node_id)
+        return self.client.send(node_id, request)
+
+    # -- blocking, rare --------------------------------------------------------------------
+
+    def leaders(self, topic: str) -> dict[int, int]:
+        """Partition to leader node id of ``topic`` now (partitions without a leader left out)."""
+        from kafka.protocol.metadata import MetadataRequest
+
+        request = MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+            allow_auto_topic_creation=False,
+            max_version=12,
+        )
+        response = self._call(request)
+        for t in response.topics:
+            if t.name == topic:
+                if t.error_code:
+                    raise WireError(f"metadata of {topic}: {error_name(t.error_code)}", t.error_code)
+                return {int(p.partition_index): int(p.leader_id) for p in t.partitions if p.leader_id >= 0}
+        raise WireError(f"{topic} not in the metadata")
+
+    def topic_configs(self, topic: str, names: Iterable[str]) -> dict[str, str | None]:
+        """The named configs of ``topic`` (DescribeConfigs)."""
+        from kafka.protocol.admin import DescribeConfigsRequest
+
+        request = DescribeConfigsRequest(
+            resources=[
+                DescribeConfigsRequest.DescribeConfigsResource(
+                    resource_type=TOPIC_RESOURCE, resource_name=topic, configuration_keys=list(names)
+                )
+            ],
+            include_synonyms=False,
+            include_documentation=False,
+            max_version=4,
+        )
+        response = self._call(request)
+        for result in response.results:
+            if result.error_code:
+                raise WireError(f"configs of {topic}: {error_name(result.error_code)}", result.error_code)
+            return {c.name: c.value for c in result.configs}
+        return {}
+
+    def destination_topic(self, topic: str) -> DestinationTopic:
+        """What batch mode needs to know of a destination topic."""
+        return DestinationTopic.from_configs(self.topic_configs(topic, ["compression.type", "max.message.bytes"]))
+
+    def compacted(self, topic: str) -> bool:
+        """True when ``topic``'s cleanup.policy includes compact."""
+        policy = self.topic_configs(topic, ["cleanup.policy"]).get("cleanup.policy") or ""
+        return "compact" in policy
+
+    # -- non-blocking ----------------------------------------------------------------------
+
+    def init_producer_id(self) -> Any:
+        """InitProducerId without a transactional id: a future of the answer (see :func:`identity_of`)."""
+        from kafka.protocol.producer import InitProducerIdRequest
+
+        request = InitProducerIdRequest(
+            transactional_id=None, transaction_timeout_ms=-1, producer_id=-1, producer_epoch=-1, max_version=4
+        )
+        return self.send(self._any_node(), request)
+
+    def fetch(
+        self,
+        node_id: int,
+        offsets: Mapping[Key, int],
+        *,
+        partition_max_bytes: Mapping[Key, int],
+        max_bytes: int,
+        max_wait_ms: int,
+    ) -> Any:
+        """One sessionless Fetch of several partitions of one leader, each from its offset."""
+        from kafka.protocol.consumer import FetchRequest
+
+        topics: dict[str, list[Any]] = {}
+        for (topic, partition), offset in offsets.items():
+            topics.setdefault(topic, []).append(
+                FetchRequest.FetchTopic.FetchPartition(
+                    partition=partition,
+                    current_leader_epoch=-1,
+                    fetch_offset=offset,
+                    last_fetched_epoch=-1,
+                    log_start_offset=-1,
+                    partition_max_bytes=partition_max_bytes[(topic, partition)],
+                )
+            )
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=max_wait_ms,
+            min_bytes=1,
+            max_bytes=max_bytes,
+            isolation_level=READ_COMMITTED,
+            session_id=0,
+            session_epoch=-1,
+            topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
+            forgotten_topics_data=[],
+            rack_id="",
+            min_version=4,
+            max_version=FETCH_MAX_VERSION,
+        )
+        return self.send(node_id, request)
+
+    def produce(self, node_id: int, batches: Mapping[Key, bytes | bytearray], *, timeout_ms: int) -> Any:
+        """One Produce request (acks=all), one batch per partition, the bytes sent as they are."""
+        from kafka.protocol.producer import ProduceRequest
+
+        topics: dict[str, list[Any]] = {}
+        for (topic, partition), data in batches.items():
+            topics.setdefault(topic, []).append(
+                ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=bytes(data))
+            )
+        request = ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=timeout_ms,
+            topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=ps) for t, ps in topics.items()],
+            min_version=3,
+            max_version=PRODUCE_MAX_VERSION,
+        )
+        return self.send(node_id, request)
+
+
+def fetched_partitions(response: Any) -> dict[Key, FetchedPartition]:
+    """Every partition of a fetch response by (topic, partition)."""
+    out: dict[Key, FetchedPartition] = {}
+    for t in response.responses:
+        for p in t.partitions:
+            aborted = [AbortedTransaction(a.producer_id, a.first_offset) for a in p.aborted_transactions or []]
+            out[(t.topic, p.partition_index)] = FetchedPartition(
+                error_code=p.error_code,
+                high_watermark=p.high_watermark,
+                last_stable_offset=p.last_stable_offset,
+                log_start_offset=p.log_start_offset,
+                aborted=aborted,
+                records=bytes(p.records or b""),
+            )
+    return out
+
+
+def produced_partitions(response: Any) -> dict[Key, Produced]:
+    """Every partition of a produce response by (topic, partition)."""
+    return {
+        (t.name, p.index): Produced(p.error_code, p.base_offset, getattr(p, "error_message", None))
+        for t in response.responses
+        for p in t.partition_responses
+    }
+
+
+class Links:
+    """The source and destination links of one pipeline, sharing one network selector."""
+
+    def __init__(
+        self,
+        source: Mapping[str, Any],
+        destination: Mapping[str, Any],
+        *,
+        client_id: str,
+        request_timeout_ms: int = 30_000,
+    ) -> None:
+        from kafka.net.selector import NetworkSelector
+
+        self._net = NetworkSelector(client_id=client_id)
+        self.source = ClusterLink(source, net=self._net, client_id=client_id, request_timeout_ms=request_timeout_ms)
+        try:
+            self.destination = ClusterLink(
+                destination, net=self._net, client_id=client_id, request_timeout_ms=request_timeout_ms
+            )
+        except Exception:
+            self.source.close()
+            raise
+
+    def poll(self, timeout_s: float) -> None:
+        """Drive both clusters' sockets for up to ``timeout_s`` (less once anything arrives)."""
+        self._net.poll(timeout_ms=max(0.0, timeout_s) * 1000)
+
+    def close(self) -> None:
+        self.source.close()
+        self.destination.close()
+        self._net.close()

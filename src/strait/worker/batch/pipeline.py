@@ -1,0 +1,481 @@
+"""The batch copy loop: whole record batches from the source leaders to the destination leaders.
+
+A :class:`BatchPipeline` implements the copier's :class:`~strait.worker.pipeline.Pipeline`
+protocol next to :class:`~strait.worker.fetch.RecordPipeline`: the copier adds and releases
+partitions and commits the checkpoints their :class:`~strait.worker.checkpoint.AckTracker`
+derives, the same way for both. One thread drives both clusters' sockets (one kafka-python
+network selector, :mod:`strait.worker.batch.link`):
+
+- one fetch in flight per source leader, covering every partition of that leader that has room
+  in its queue, ``read_committed``, each partition from its own offset;
+- the answers are split into batches and decided (:mod:`select`, :mod:`compat`); a partition
+  whose batches cannot pass unchanged is handed to record mode (``state.mode``), which the
+  copier sees and moves it to its record pipeline at the checkpoint;
+- each batch is rewritten with the partition's own idempotent producer id, epoch and sequence
+  and produced with ``acks=all``, one batch per partition per request, the partitions of one
+  destination leader sharing requests, at most 5 batches in flight per partition;
+- answers are accounted in order (:mod:`partition`): acknowledged batches move the checkpoint,
+  retriable answers resend the same bytes, anything else rewinds to the checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from strait.worker.batch.link import Key, Links, fetched_partitions, produced_partitions
+from strait.worker.batch.partition import BatchPartition, Sent, Verdict
+from strait.worker.batch.sequences import ProducerIdentity
+from strait.worker.checkpoint import AckTracker
+from strait.worker.pipeline import ACCESS_RETRY_S, REWIND_BACKOFF_S, PartitionState, PipelineSettings
+
+log = logging.getLogger(__name__)
+
+# kafka-python error codes the fetch loop handles by name.
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+AUTHORIZATION_FAILED = {29, 30, 31}
+LEADER_CHANGED = {5, 6, 74, 75, 56}  # refresh the leader and fetch again
+RETRY_BACKOFF_S = 0.2
+RESEND_BACKOFF_S = 0.1
+GAP_SOURCE = "source"
+PRODUCE_TIMEOUT_MS = 30_000  # how long the destination leader waits for its replicas (acks=all)
+
+
+class BatchPipeline:
+    """Copies whole record batches, bit for bit apart from the producer fields of each header.
+
+    ``links`` replaces the network clients (tests); it is made on the pipeline's thread otherwise.
+    Accepts and ignores the record pipeline's other keyword arguments (the copier passes the
+    same set to every pipeline).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        source: Mapping[str, Any],
+        destination: Mapping[str, Any],
+        group_id: str,
+        client_id: str,
+        settings: PipelineSettings = PipelineSettings(),
+        observer: Any = None,
+        links: Links | None = None,
+        **_record_options: Any,
+    ) -> None:
+        self.name = name
+        self._source_props, self._destination_props = source, destination
+        self._client_id = f"{client_id}-{name}"
+        self._settings = settings
+        self._observer = observer
+        self._links = links
+        self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._parts: dict[Key, BatchPartition] = {}  # current partitions, by source key
+        self._leaving: list[BatchPartition] = []  # stopped, with batches still in flight
+        self._draining: list[tuple[PartitionState, threading.Event]] = []
+        self._leaders: dict[tuple[str, str], dict[int, int]] = {}  # (cluster, topic) -> leaders
+        self._fetches: dict[int, tuple[Any, dict[Key, int], float]] = {}  # source node -> fetch
+        self._identities: list[tuple[BatchPartition, int, Any]] = []
+        self._stopping = threading.Event()
+        self._flush_timeout_s = 0.0
+        self._thread = threading.Thread(target=self._run, name=f"strait-copy-{client_id}-{name}", daemon=True)
+
+    # -- the Pipeline protocol (any thread) ----------------------------------------------------
+
+    def start(self) -> None:
+        """Start the loop's thread."""
+        self._thread.start()
+
+    def add(self, state: PartitionState, offset: int, *, move: bool = False) -> None:
+        """Start copying ``state``'s partition from exactly ``offset``."""
+        if self._stopping.is_set() or (self._thread.ident is not None and not self._thread.is_alive()):
+            state.error = f"pipeline {self.name} is not running"
+            return
+        state.tracker = AckTracker(offset)
+        state.pipeline = self.name
+        state.rewind_at = None
+        state.mode, state.mode_reason = "batch", ""
+        self._commands.put(partial(self._add, state, state.tracker))
+
+    def release(self, state: PartitionState) -> threading.Event:
+        """Stop fetching the partition; the event is set once nothing of it is in flight."""
+        done = threading.Event()
+        if self._thread.ident is not None and not self._thread.is_alive():
+            state.fetching = False
+            done.set()
+            return done
+        self._commands.put(partial(self._release, state, done))
+        return done
+
+    def stop(self, timeout_s: float) -> None:
+        """Stop the loop; wait up to ``timeout_s`` for batches in flight to be acknowledged."""
+        self._flush_timeout_s = timeout_s
+        self._stopping.set()
+        if self._thread.ident is None:
+            if self._links is not None:
+                self._links.close()
+        elif self._thread.is_alive():
+            self._thread.join(timeout_s + 10)
+
+    # -- the loop (pipeline thread) ------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            if self._links is None:
+                self._links = Links(self._source_props, self._destination_props, client_id=self._client_id)
+            while not self._stopping.is_set():
+                self._step()
+        except Exception as exc:
+            log.exception("pipeline %s crashed", self.name)
+            for part in self._parts.values():
+                part.state.error = part.state.error or f"pipeline {self.name} crashed: {exc}"
+                part.state.fetching = False
+        finally:
+            self._shutdown()
+
+    def _step(self) -> None:
+        """One turn of the loop; tests drive it directly."""
+        links = self._links
+        assert links is not None
+        self._run_commands()
+        now = time.monotonic()
+        self._start_fetches(links, now)
+        sent = self._send(links, now)
+        links.poll(0 if sent else 0.05)
+        now = time.monotonic()
+        self._take_identities(now)
+        self._take_fetches(now)
+        self._settle(now)
+        self._finish_releases()
+
+    def _run_commands(self) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            command()
+
+    def _shutdown(self) -> None:
+        self._run_commands()
+        for part in self._parts.values():
+            part.stop()
+            part.state.fetching = False
+        deadline = time.monotonic() + self._flush_timeout_s
+        links = self._links
+        if links is not None:
+            try:
+                while self._in_flight() and time.monotonic() < deadline:
+                    links.poll(0.05)
+                    self._settle(time.monotonic())
+            except Exception:
+                log.warning("pipeline %s: flushing on stop failed", self.name, exc_info=True)
+            remaining = self._in_flight()
+            if remaining:
+                log.warning("pipeline %s stopped with %d batches unacknowledged", self.name, remaining)
+            links.close()
+        for _, done in self._draining:
+            done.set()
+        self._draining.clear()
+
+    def _in_flight(self) -> int:
+        return sum(len(p.in_flight) for p in [*self._parts.values(), *self._leaving])
+
+    # -- partitions ----------------------------------------------------------------------------
+
+    def _add(self, state: PartitionState, tracker: AckTracker) -> None:
+        links = self._links
+        assert links is not None
+        task = state.task
+        try:
+            destination = links.destination.destination_topic(task.destination_topic)
+            compacted = links.source.compacted(task.topic)
+        except Exception as exc:
+            # A cluster that cannot say what batch mode needs: copy this partition record by
+            # record (nothing of it was sent; record mode starts at the same offset).
+            log.info("%s: record mode (topic configs unavailable: %s)", task, exc)
+            state.mode, state.mode_reason = "record", f"topic configs unavailable: {exc}"
+            state.fetching = False
+            return
+        part = BatchPartition(state, tracker, destination=destination, compacted=compacted)
+        old = self._parts.get(part.source)
+        if old is not None:
+            old.stop()
+            self._leaving.append(old)
+        self._parts[part.source] = part
+        state.fetching = True
+        self._ask_identity(part)
+
+    def _release(self, state: PartitionState, done: threading.Event) -> None:
+        key = (state.task.topic, state.task.partition)
+        part = self._parts.get(key)
+        if part is not None and part.state is state:
+            del self._parts[key]
+            part.stop()
+            self._leaving.append(part)
+        state.fetching = False
+        self._draining.append((state, done))
+        self._finish_releases()
+
+    def _finish_releases(self) -> None:
+        self._leaving = [p for p in self._leaving if p.in_flight]
+        if not self._draining:
+            return
+        still = []
+        for state, done in self._draining:
+            if state.tracker is None or state.tracker.in_flight == 0:
+                done.set()
+            else:
+                still.append((state, done))
+        self._draining = still
+
+    def _to_record_mode(self, part: BatchPartition, reason: str) -> None:
+        """Batches of this partition cannot pass unchanged: the copier moves it to its record
+        pipeline, from the checkpoint, once nothing of it is in flight."""
+        log.info("%s: record mode from the checkpoint on (%s)", part.state.task, reason)
+        part.stop()
+        part.state.mode, part.state.mode_reason = "record", reason
+        part.state.fetching = False
+
+    def _fail(self, part: BatchPartition, reason: str) -> None:
+        if part.state.error is None:
+            log.error("partition %s stopped: %s", part.state.task, reason)
+            part.state.error = reason
+        part.stop()
+        part.state.fetching = False
+
+    # -- producer ids --------------------------------------------------------------------------
+
+    def _ask_identity(self, part: BatchPartition) -> None:
+        links = self._links
+        assert links is not None
+        self._identities.append((part, part.generation, links.destination.init_producer_id()))
+
+    def _take_identities(self, now: float) -> None:
+        asked, self._identities = self._identities, []
+        for part, generation, future in asked:
+            if not future.is_done:
+                self._identities.append((part, generation, future))
+            elif not part.active or part.generation != generation:
+                continue
+            elif future.succeeded() and not future.value.error_code:
+                part.identity = ProducerIdentity(int(future.value.producer_id), int(future.value.producer_epoch))
+                part.next_sequence = 0
+            else:
+                # e.g. COORDINATOR_LOAD_IN_PROGRESS on a fresh cluster, or a lost connection
+                why = future.exception if future.failed() else f"error {future.value.error_code}"
+                log.info("%s: InitProducerId failed (%s); asking again", part.state.task, why)
+                part.wait_until = now + RETRY_BACKOFF_S
+                self._ask_identity(part)
+
+    # -- fetching ------------------------------------------------------------------------------
+
+    def _leader(self, cluster: str, topic: str, partition: int) -> int | None:
+        leaders = self._leaders.get((cluster, topic))
+        if leaders is None:
+            links = self._links
+            assert links is not None
+            link = links.source if cluster == "source" else links.destination
+            try:
+                leaders = link.leaders(topic)
+            except Exception as exc:
+                log.info("pipeline %s: leaders of %s unknown (%s)", self.name, topic, exc)
+                return None
+            self._leaders[(cluster, topic)] = leaders
+        return leaders.get(partition)
+
+    def _start_fetches(self, links: Links, now: float) -> None:
+        by_leader: dict[int, list[BatchPartition]] = {}
+        held: set[int] = set()  # leaders with a partition left out because its queue is full
+        for part in self._parts.values():
+            if not part.active or part.fetch_pending:
+                continue
+            leader = self._leader("source", *part.source)
+            if leader is None:
+                part.wait_until = now + RETRY_BACKOFF_S
+                continue
+            if not part.wants_fetch(now):
+                held.add(leader)
+            elif leader not in self._fetches:
+                by_leader.setdefault(leader, []).append(part)
+        settings = self._settings
+        for leader, parts in by_leader.items():
+            # Long-poll only when no partition of the leader waits outside the request: one
+            # left out (its queue full) must not wait a whole poll once its queue drains.
+            wait_ms = 0 if leader in held else settings.fetch_wait_max_ms
+            offsets = {p.source: p.fetch_offset for p in parts}
+            future = links.source.fetch(
+                leader,
+                offsets,
+                partition_max_bytes={p.source: p.fetch_bytes for p in parts},
+                max_bytes=settings.fetch_max_bytes,
+                max_wait_ms=wait_ms,
+            )
+            for part in parts:
+                part.fetch_pending = True
+            self._fetches[leader] = (future, {p.source: p.generation for p in parts}, now)
+
+    def _take_fetches(self, now: float) -> None:
+        for leader, (future, asked, asked_at) in list(self._fetches.items()):
+            if not future.is_done:
+                continue
+            del self._fetches[leader]
+            for key in asked:
+                part = self._parts.get(key)
+                if part is not None:
+                    part.fetch_pending = False
+            if future.failed():
+                log.info("pipeline %s: fetch from node %d failed: %s", self.name, leader, future.exception)
+                self._forget_leaders("source", {k[0] for k in asked})
+                for key in asked:
+                    if key in self._parts:
+                        self._parts[key].wait_until = now + RETRY_BACKOFF_S
+                continue
+            if self._observer is not None:
+                self._observer.fetched(self.name, now - asked_at)
+            for key, fetched in fetched_partitions(future.value).items():
+                part = self._parts.get(key)
+                if part is None or not part.active or asked.get(key) != part.generation:
+                    continue  # released or repositioned since: a stale answer
+                self._take_fetch(part, fetched, now)
+
+    def _take_fetch(self, part: BatchPartition, fetched: Any, now: float) -> None:
+        state = part.state
+        code = fetched.error_code
+        if code == 0:
+            if fetched.high_watermark > (state.source_end or 0):
+                state.source_end = fetched.high_watermark
+            decision = part.take_fetch(fetched, now)
+            if decision is not None:
+                self._to_record_mode(part, f"{decision.reason.value}: {decision.detail}")
+            return
+        if code == OFFSET_OUT_OF_RANGE:
+            # Source retention removed records not yet copied: record mode resets to the
+            # earliest offset and counts what was lost, as it does for every route.
+            self._to_record_mode(part, "checkpoint out of the source's range (retention)")
+        elif code == UNKNOWN_TOPIC_OR_PARTITION:
+            self._fail(part, "source: UNKNOWN_TOPIC_OR_PARTITION")
+        elif code in AUTHORIZATION_FAILED:
+            state.waiting = f"source refused us: error {code}"
+            part.wait_until = now + ACCESS_RETRY_S
+        else:
+            if code in LEADER_CHANGED:
+                self._forget_leaders("source", {part.source[0]})
+            part.wait_until = now + RETRY_BACKOFF_S
+
+    def _forget_leaders(self, cluster: str, topics: set[str]) -> None:
+        for topic in topics:
+            self._leaders.pop((cluster, topic), None)
+
+    # -- producing -----------------------------------------------------------------------------
+
+    def _send(self, links: Links, now: float) -> bool:
+        """Send what may be sent: resends first, then new batches; True if anything went out."""
+        anything = False
+        for part in self._parts.values():
+            if part.redo and not part.in_flight and part.active and now >= part.wait_until:
+                anything |= self._resend(links, part, now)
+        while True:
+            requests: dict[int, list[tuple[BatchPartition, Sent]]] = {}
+            for part in self._parts.values():
+                if not part.queue or not part.can_send(now):
+                    continue
+                leader = self._leader("destination", *part.destination)
+                if leader is None:
+                    part.wait_until = now + RETRY_BACKOFF_S
+                    continue
+                sent, fetched_at = part.next_batch(now)
+                if sent is None:
+                    continue
+                if self._observer is not None and fetched_at is not None:
+                    self._observer.queued(self.name, now - fetched_at)
+                requests.setdefault(leader, []).append((part, sent))
+            if not requests:
+                return anything
+            anything = True
+            for leader, batches in requests.items():
+                future = links.destination.produce(
+                    leader, {part.destination: sent.data for part, sent in batches}, timeout_ms=PRODUCE_TIMEOUT_MS
+                )
+                for part, sent in batches:
+                    part.sending(sent, future)
+
+    def _resend(self, links: Links, part: BatchPartition, now: float) -> bool:
+        """Send the batches put aside again, in order, same bytes and sequences."""
+        first = part.redo[0]
+        if (now - first.first_sent_at) * 1000 > self._settings.delivery_timeout_ms:
+            log.warning("%s: batch at %d not acknowledged in time; rewinding", part.state.task, first.first_offset)
+            part.give_up()
+            part.rewind_due = True
+            return False
+        leader = self._leader("destination", *part.destination)
+        if leader is None:
+            part.wait_until = now + RETRY_BACKOFF_S
+            return False
+        while part.redo:
+            sent = part.redo.popleft()
+            sent.sent_at = now
+            part.sending(
+                sent, links.destination.produce(leader, {part.destination: sent.data}, timeout_ms=PRODUCE_TIMEOUT_MS)
+            )
+        return True
+
+    def _settle(self, now: float) -> None:
+        for part in [*self._parts.values(), *self._leaving]:
+            while part.in_flight and part.in_flight[0].future.is_done:
+                future = part.in_flight[0].future
+                answer: Any
+                if future.failed():
+                    answer = future.exception
+                else:
+                    answer = produced_partitions(future.value).get(part.destination)
+                    if answer is None:
+                        answer = RuntimeError("partition missing from the produce answer")
+                sent, verdict, error = part.settle(answer)
+                self._after_answer(part, sent, verdict, error, now)
+            if part.rewind_due and not part.in_flight and part.active and now >= part.wait_until:
+                self._rewind(part)
+
+    def _after_answer(self, part: BatchPartition, sent: Sent, verdict: Verdict, error: str, now: float) -> None:
+        observer = self._observer
+        if verdict is Verdict.NOTHING:
+            if observer is not None:
+                task = part.state.task
+                observer.acked(
+                    self.name, task.destination_topic, task.partition, now - sent.sent_at, sent.max_timestamp
+                )
+                while part.gaps:
+                    part.gaps -= 1
+                    observer.offset_gap(GAP_SOURCE)
+            return
+        if verdict is Verdict.RESEND:
+            if not part.active or part.rewind_due:
+                part.give_up()  # released, handed over or rewinding: the checkpoint stays before it
+                return
+            part.wait_until = now + RESEND_BACKOFF_S * min(10, sent.attempts)
+            self._forget_leaders("destination", {part.destination[0]})
+            return
+        if not part.active:
+            return
+        if verdict is Verdict.RECORD_MODE:
+            self._to_record_mode(part, f"refused_by_destination: {error} (batch at {sent.first_offset})")
+        elif verdict is Verdict.FAIL:
+            self._fail(
+                part, f"destination {part.destination[0]}/{part.destination[1]} does not exist (deleted?): {error}"
+            )
+        elif not part.rewind_due:  # the batches sent after it fail too: said once
+            log.warning(
+                "%s: batch at %d failed (%s); resending from the checkpoint", part.state.task, sent.first_offset, error
+            )
+            part.rewind_due = True
+            part.wait_until = now + REWIND_BACKOFF_S
+
+    def _rewind(self, part: BatchPartition) -> None:
+        position = part.rewind()
+        log.info("%s: rewound to %d under a new producer id", part.state.task, position)
+        self._ask_identity(part)

@@ -1,0 +1,190 @@
+"""The copier with ``copy: batch`` against real clusters: whole record batches pass through the
+batch pipeline bit for bit, checkpoints cover acknowledged batches, and partitions whose batches
+cannot pass unchanged are copied record by record, with the reason in their stats."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from strait.demo import create_topic
+from strait.sandbox import Sandbox
+from strait.worker.copier import Copier, PartitionStats
+from strait.worker.task import PartitionTask
+from tests.integration.test_batch_wire import payload, produce_mixed, read_all, uid
+
+pytestmark = pytest.mark.integration
+
+ROUTE = "batch-route"
+TIMEOUT_S = 240  # the machine can be very loaded: generous, never a timed assertion
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def make_copier(sandbox: Sandbox) -> Iterator[Callable[..., Copier]]:
+    made: list[Copier] = []
+
+    def make(group: str, **options: Any) -> Copier:
+        copier = Copier(
+            route=ROUTE,
+            source=sandbox.clusters["src"].props(),
+            destination=sandbox.clusters["dst"].props(),
+            group_id=group,
+            worker_id=f"w-{uid()}",
+            replication_factor=1,
+            commit_interval_s=0.2,
+            copy="batch",
+            **options,
+        )
+        made.append(copier)
+        copier.start()
+        return copier
+
+    yield make
+    for copier in made:
+        copier.stop(drain=False, timeout_s=5)
+
+
+def committed(props: dict[str, Any], group: str, topic: str, partition: int = 0) -> int:
+    consumer = Consumer({**props, "group.id": group, "enable.auto.commit": False})
+    try:
+        (tp,) = consumer.committed([TopicPartition(topic, partition)], timeout=30)
+        return int(tp.offset)
+    finally:
+        consumer.close()
+
+
+def stats_of(copier: Copier, task: PartitionTask) -> PartitionStats | None:
+    return copier.stats().get(task)
+
+
+def copied_through(copier: Copier, task: PartitionTask, end: int) -> bool:
+    s = stats_of(copier, task)
+    return s is not None and s.committed is not None and s.committed >= end
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "lz4", "zstd"])
+def test_records_bit_identical_after_batch_copy(
+    sandbox: Sandbox, make_copier: Callable[..., Copier], codec: str
+) -> None:
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    topic = f"bp-{codec}-{uid()}"
+    create_topic(src, topic, 2)
+    for partition in range(2):
+        produce_mixed({**src}, topic, 1500, codec, seed=partition)  # key-less records spread over both
+    group = f"g-{uid()}"
+    copier = make_copier(group)
+    tasks = [PartitionTask(ROUTE, topic, p, topic) for p in range(2)]
+    copier.assign(tasks)
+    ends = {p: len(read_all(src, topic, p)) for p in range(2)}
+    for task in tasks:
+        wait_for(lambda t=task: copied_through(copier, t, ends[t.partition]), f"{task} copied")
+        s = stats_of(copier, task)
+        assert s is not None and s.mode == "batch" and s.mode_reason == "" and s.state == "ok"
+        assert s.records == ends[task.partition] and s.lag == 0
+    for partition in range(2):
+        source_rows, copied_rows = read_all(src, topic, partition), read_all(dst, topic, partition)
+        assert payload(copied_rows) == payload(source_rows)  # key, value, headers, timestamp, order
+        assert [o for *_, o in copied_rows] == list(range(len(source_rows)))
+        assert committed(src, group, topic, partition) == ends[partition]
+
+
+def test_aborted_transactions_not_copied_and_checkpoint_passes_markers(
+    sandbox: Sandbox, make_copier: Callable[..., Copier]
+) -> None:
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    topic = f"bp-txn-{uid()}"
+    create_topic(src, topic, 1)
+    producer = Producer({**src, "transactional.id": f"bp-{uid()}", "compression.type": "lz4"})
+    producer.init_transactions(60)
+    base_ts = int(time.time() * 1000) - 3_600_000
+    expected = []
+    for txn in range(6):
+        producer.begin_transaction()
+        for i in range(40):
+            value = f"txn{txn}-{i}".encode()
+            producer.produce(topic, key=b"k", value=value, timestamp=base_ts + txn * 100 + i)
+            if txn % 2 == 0:
+                expected.append(value)
+        producer.flush(60)
+        if txn % 2 == 0:
+            producer.commit_transaction(60)
+        else:
+            producer.abort_transaction(60)
+    end = 6 * 40 + 6  # records and one marker per transaction
+    group = f"g-{uid()}"
+    copier = make_copier(group)
+    task = PartitionTask(ROUTE, topic, 0, topic)
+    copier.assign([task])
+    # The checkpoint passes the last commit marker: nothing is left to copy.
+    wait_for(lambda: copied_through(copier, task, end), "checkpoint at the end of the source")
+    copied = read_all(dst, topic)
+    assert [v for _, v, *_ in copied] == expected
+    assert payload(copied) == payload(read_all(src, topic))
+    s = stats_of(copier, task)
+    assert s is not None and s.mode == "batch" and s.records == len(expected)
+
+
+def test_compacted_source_with_gaps_runs_in_record_mode(sandbox: Sandbox, make_copier: Callable[..., Copier]) -> None:
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    topic = f"bp-compact-{uid()}"
+    create_topic(
+        src,
+        topic,
+        1,
+        {
+            "cleanup.policy": "compact",
+            "segment.ms": "100",
+            "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": "100",
+            "min.compaction.lag.ms": "0",
+        },
+    )
+    producer = Producer({**src, "linger.ms": 5, "batch.size": 2000})
+    for round_ in range(30):
+        for key in range(10):
+            producer.produce(topic, key=f"k{key}".encode(), value=f"r{round_}".encode())
+        producer.flush(30)
+        time.sleep(0.05)
+    end = 300
+    # Wait until the cleaner removed records (fewer left than offsets), so batches have gaps.
+    wait_for(lambda: len(read_all(src, topic)) < end, "log compaction of the source")
+    remaining = read_all(src, topic)
+    group = f"g-{uid()}"
+    copier = make_copier(group)
+    task = PartitionTask(ROUTE, topic, 0, topic)
+    copier.assign([task])
+    wait_for(lambda: copied_through(copier, task, remaining[-1][-1] + 1), "compacted topic copied")
+    s = stats_of(copier, task)
+    assert s is not None and s.mode == "record"
+    assert s.mode_reason.startswith(("compacted_gap", "inner_gap")), s.mode_reason
+    assert payload(read_all(dst, topic))[: len(remaining)] == payload(remaining)
+
+
+def test_destination_compression_mismatch_runs_in_record_mode(
+    sandbox: Sandbox, make_copier: Callable[..., Copier]
+) -> None:
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    topic = f"bp-codec-{uid()}"
+    create_topic(src, topic, 1)
+    create_topic(dst, topic, 1, {"compression.type": "zstd"})
+    produce_mixed(src, topic, 300, "lz4", seed=7)
+    group = f"g-{uid()}"
+    copier = make_copier(group)
+    task = PartitionTask(ROUTE, topic, 0, topic)
+    copier.assign([task])
+    wait_for(lambda: copied_through(copier, task, 300), "copied in record mode")
+    s = stats_of(copier, task)
+    assert s is not None and s.mode == "record" and s.mode_reason.startswith("codec_mismatch"), s
+    assert payload(read_all(dst, topic)) == payload(read_all(src, topic))

@@ -1,0 +1,108 @@
+"""The copier with ``copy: batch``: partitions start in the batch pipeline, a partition handed to
+record mode moves to a record pipeline at its checkpoint, and stats say which mode and why."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from strait.config import RouteConfig
+from strait.worker import copier as copier_module
+from strait.worker.agent import copy_mode
+from strait.worker.copier import Copier
+from strait.worker.pipeline import PartitionState
+from tests.unit.test_worker_copier import FakeCheckpoints, FakeDestinations, FakePipeline, _task, _wait_for
+
+
+class FakeBatchPipeline(FakePipeline):
+    def add(self, state: PartitionState, offset: int, *, move: bool = False) -> None:
+        super().add(state, offset, move=move)
+        state.mode, state.mode_reason = "batch", ""
+
+
+def make(copy: Any, reason: str = "") -> Copier:
+    return Copier(
+        route="a-b",
+        source={"bootstrap.servers": "127.0.0.1:1"},
+        destination={"bootstrap.servers": "127.0.0.1:1"},
+        group_id="strait-a-b",
+        worker_id="w1",
+        commit_interval_s=0.02,
+        catchup_lag_threshold=1000,
+        pipeline_factory=FakePipeline,
+        batch_factory=FakeBatchPipeline,
+        checkpoints=FakeCheckpoints(),
+        destinations=FakeDestinations(),
+        copy=copy,
+        copy_reason=reason,
+    )
+
+
+@pytest.fixture
+def batch_copier(monkeypatch: pytest.MonkeyPatch) -> Iterator[Copier]:
+    monkeypatch.setattr(copier_module, "START_RETRY_S", 0.05)
+    copier = make("batch")
+    copier.start()
+    yield copier
+    copier.stop(drain=False, timeout_s=1)
+
+
+def test_partitions_start_in_the_batch_pipeline(batch_copier: Copier) -> None:
+    task = _task(0)
+    batch_copier.assign([task])
+    batch: FakeBatchPipeline = batch_copier._batch  # type: ignore[assignment]
+    _wait_for(lambda: task in batch.states)
+    stats = batch_copier.stats()[task]
+    assert stats.pipeline == "batch" and stats.mode == "batch" and stats.mode_reason == ""
+    realtime: FakePipeline = batch_copier._realtime  # type: ignore[assignment]
+    assert realtime.adds == []
+
+
+def test_record_mode_moves_the_partition_at_its_checkpoint(batch_copier: Copier) -> None:
+    task = _task(0)
+    batch_copier.assign([task])
+    batch: FakeBatchPipeline = batch_copier._batch  # type: ignore[assignment]
+    realtime: FakePipeline = batch_copier._realtime  # type: ignore[assignment]
+    _wait_for(lambda: task in batch.states)
+    state = batch.states[task]
+    batch.send(state, 3, 7, 11)  # three batches, ending at offsets 3, 7 and 11
+    batch.ack(state, 3, 7)
+    # The pipeline found a batch that cannot pass; the batch ending at 11 is still in flight.
+    state.mode, state.mode_reason = "record", "codec_mismatch: source batches are lz4, destination zstd"
+    _wait_for(lambda: batch_copier.stats()[task].state == "moving")
+    assert realtime.adds == []  # not while a batch is in flight
+    batch.fail(state, 11)
+    _wait_for(lambda: realtime.adds == [(task, 8)])
+    stats = batch_copier.stats()[task]
+    assert stats.pipeline == "realtime" and stats.mode == "record"
+    assert stats.mode_reason.startswith("codec_mismatch")
+
+
+def test_record_routes_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    copier = make("record", "route option copy: record")
+    copier.start()
+    try:
+        task = _task(0)
+        copier.assign([task])
+        _wait_for(lambda: task in copier.stats() and copier.stats()[task].pipeline == "realtime")
+        stats = copier.stats()[task]
+        assert stats.mode == "record" and stats.mode_reason == "route option copy: record"
+        assert copier._batch is None
+    finally:
+        copier.stop(drain=False, timeout_s=1)
+
+
+def route(**options: Any) -> RouteConfig:
+    return RouteConfig.model_validate({"name": "r", "source": "a", "destination": "b", **options})
+
+
+def test_route_copy_mode() -> None:
+    assert route().copy_mode == "record"
+    assert copy_mode(route(copy="batch")) == ("batch", "")
+    assert copy_mode(route()) == ("record", "route option copy: record")
+    assert copy_mode(route(copy="batch", delivery="exactly-once"))[0] == "record"
+    assert copy_mode(route(copy="batch", active_active=True))[0] == "record"
+    with pytest.raises(ValueError, match="copy"):
+        route(copy="bytes")
