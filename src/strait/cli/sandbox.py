@@ -195,12 +195,52 @@ def zookeeper_start(state_dir: StateDir = None) -> None:
 
 @app.command()
 def fetch() -> None:
-    """Download the Kafka, ZooKeeper and MirrorMaker 2 jars from Maven Central (once; cached)."""
-    from strait.sandbox import artifacts
+    """Download the Kafka, ZooKeeper and MirrorMaker 2 jars in the jar lock from Maven Central (once; cached)."""
+    from strait.sandbox import artifacts, java
 
     for runtime in artifacts.RUNTIMES:
+
+        def progress(line: str, name: str = runtime) -> None:
+            console.print(f"{name}: {line}")
+
         try:
-            folder = artifacts.resolve(runtime)
+            folder = artifacts.resolve(runtime, progress=progress)
         except SandboxError as exc:
             raise _fail(exc) from exc
         console.print(f"{runtime}: {folder}")
+    try:
+        console.print(f"java: {java.java_binary()}")
+    except SandboxError as exc:
+        raise _fail(exc) from exc
+
+
+@app.command()
+def lock(
+    runtimes: Annotated[
+        list[str] | None,
+        typer.Argument(help="Runtimes to re-resolve: kafka, zookeeper, mirrormaker (all when none is named)."),
+    ] = None,
+) -> None:
+    """Refresh the jar lock from the Maven descriptors (needs Maven), checked against Maven Central's SHA-1s."""
+    from strait.sandbox import artifacts, jarlock
+
+    try:
+        chosen = runtimes or list(jarlock.RUNTIMES)
+        for runtime in chosen:
+            jarlock.descriptor(runtime)  # an unknown name fails before Maven runs
+        resolved = {name: jarlock.resolve_with_maven(name, artifacts.local_repository()) for name in chosen}
+        mismatches = artifacts.check_central_sha1(jar for entry in resolved.values() for jar in entry.jars)
+        if mismatches:
+            for line in mismatches:
+                console.print(f"[red]mismatch:[/red] {line}")
+            raise SandboxError("the lock was not written: Maven Central disagrees with the local Maven repository")
+        try:
+            current = jarlock.load()
+        except SandboxError:
+            current = {}  # a missing or malformed lock is rewritten whole
+        jarlock.dump({**current, **resolved})
+    except SandboxError as exc:
+        raise _fail(exc) from exc
+    for name, entry in resolved.items():
+        console.print(f"{name}: {len(entry.jars)} jars locked")
+    console.print(f"wrote {jarlock.LOCK_FILE}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -18,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from strait.sandbox.errors import SandboxError
+from strait.sandbox.java import java_binary as java_binary  # the sandbox's JVMs start with it
 
 # Small heaps and few GC/compiler threads: the sandbox runs several JVMs on two cores.
 JVM_OPTIONS = (
@@ -27,16 +27,6 @@ JVM_OPTIONS = (
     "-XX:+ExitOnOutOfMemoryError",
     "-Djava.awt.headless=true",
 )
-
-
-def java_binary() -> str:
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").exists():
-        return str(Path(home) / "bin" / "java")
-    found = shutil.which("java")
-    if found is None:
-        raise SandboxError("no Java found: install a JDK 17+ or set JAVA_HOME")
-    return found
 
 
 def spawn_java(

@@ -7,7 +7,7 @@
 - `GET /ui`: the dashboard, a static page that polls `/observability`.
 
 The page's charting library is vendored into `static/vendor/` at build time from the npm
-registry (`scripts/vendor_ui.sh`), never committed.
+registry (`scripts/vendor_ui.py`), never committed.
 """
 
 from __future__ import annotations
