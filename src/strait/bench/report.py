@@ -77,14 +77,22 @@ def _throughput_md(doc: dict[str, Any]) -> list[str]:
     runs = doc["runs"]
     rows = []
     for r in sorted(
-        runs, key=lambda r: (r["size"], r["compression"], r["parallelism"], r["system"], r.get("repeat", 0))
+        runs,
+        key=lambda r: (
+            r["size"],
+            r["compression"],
+            r["parallelism"],
+            r["system"],
+            r.get("copy", ""),
+            r.get("repeat", 0),
+        ),
     ):
         rows.append(
             [
                 f"{r['size']} B",
                 r["compression"],
                 str(r["parallelism"]),
-                "Strait" if r["system"] == "strait" else "MM2",
+                _strait_copy(r) if r["system"] == "strait" else "MM2",
                 str(r.get("repeat", 0) + 1),
                 _n(r.get("records")),
                 _n(r.get("records_per_s")),
@@ -117,6 +125,7 @@ def _throughput_md(doc: dict[str, Any]) -> list[str]:
             f"{q['size']} B",
             q["compression"],
             str(q["parallelism"]),
+            q.get("copy", "record"),
             _n(q.get("strait_records_per_s")),
             _n(q.get("mm2_records_per_s")),
             _n(q.get("records_per_s"), 2),
@@ -132,6 +141,7 @@ def _throughput_md(doc: dict[str, Any]) -> list[str]:
             "record",
             "compr.",
             "workers / tasks",
+            "Strait copy",
             "Strait rec/s",
             "MM2 rec/s",
             "records/s ratio (means)",
@@ -342,6 +352,11 @@ def _span(values: Sequence[float | None], digits: int = 2) -> str:
         return "—"
     low, high = min(present), max(present)
     return _n(low, digits) if low == high else f"{_n(low, digits)} to {_n(high, digits)}"
+
+
+def _strait_copy(run: dict[str, Any]) -> str:
+    """Strait's label in a throughput row: with its copy mode when the run chose one."""
+    return f"Strait ({run['copy']})" if run.get("copy") else "Strait"
 
 
 def _summary(results: dict[str, dict[str, Any]]) -> list[str]:

@@ -36,12 +36,16 @@ def render_config(
     session_timeout_s: float,
     delivery: str | None = None,
     groups: Mapping[str, Any] | None = None,
+    copy: str | None = None,
 ) -> dict[str, Any]:
     """The configuration every node of the run reads (``delivery``: the route's, when not the
-    default; ``groups``: the route's consumer-group sync, when wanted)."""
+    default; ``groups``: the route's consumer-group sync, when wanted; ``copy``: the route's
+    copy mode, batch or record, when not the default)."""
     route: dict[str, Any] = {"name": "bench", "source": "src", "destination": "dst"}
     if delivery is not None:
         route["delivery"] = delivery
+    if copy is not None:
+        route["copy"] = copy
     if groups is not None:
         route["groups"] = dict(groups)
     return {
@@ -70,9 +74,11 @@ class StraitReplicator:
         start_timeout_s: float = 60.0,
         delivery: str | None = None,
         groups: Mapping[str, Any] | None = None,
+        copy: str | None = None,
     ) -> None:
         self.parallelism = workers
         self.delivery = delivery
+        self.copy = copy
         self._workers = workers
         self._compression = compression
         self._session_timeout_s = session_timeout_s
@@ -94,6 +100,7 @@ class StraitReplicator:
             session_timeout_s=session_timeout_s,
             delivery=delivery,
             groups=groups,
+            copy=copy,
         )
         self._config_path = self._workdir / f"strait-{self._run_id}.yaml"
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -176,6 +183,7 @@ class StraitReplicator:
             "compression": self._compression,
             "zookeeper_session_timeout_s": self._session_timeout_s,
             **({"delivery": self.delivery} if self.delivery is not None else {}),
+            **({"copy": self.copy} if self.copy is not None else {}),
         }
 
     def stop(self) -> None:

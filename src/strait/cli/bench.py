@@ -95,6 +95,7 @@ def throughput(
     ),
     partitions: int = typer.Option(8, help="Partitions of the source topic."),
     repeats: int = typer.Option(1, help="Repeat the whole matrix (system order alternates each time)."),
+    copy: str = typer.Option("record", "--copy", help="Strait's route copy modes: record, batch (comma-separated)."),
     systems: str = _SYSTEMS,
     results_dir: Path = _RESULTS,
     markdown: Path = _MARKDOWN,
@@ -119,9 +120,18 @@ def throughput(
                 records=records,
                 partitions=partitions,
                 repeats=repeats,
+                copies=_copies(copy),
             )
         ],
     )
+
+
+def _copies(value: str) -> list[str]:
+    copies = _words(value)
+    wrong = [c for c in copies if c not in ("record", "batch")]
+    if wrong or not copies:
+        raise typer.BadParameter(f"--copy takes record and/or batch, not {', '.join(wrong) or 'nothing'}")
+    return copies
 
 
 @app.command()

@@ -97,10 +97,12 @@ class Bench:
         delivery: str | None = None,
         mm2_extra: Mapping[str, str] | None = None,
         strait_groups: Mapping[str, Any] | None = None,
+        strait_copy: str | None = None,
     ) -> Replicator:
         """``delivery`` (Strait only) sets the route's ``delivery``; None leaves the default.
         ``mm2_extra`` (MirrorMaker only): properties set over the rendered ``mm2.properties``;
-        ``strait_groups`` (Strait only): the route's ``groups`` (consumer-group offset sync)."""
+        ``strait_groups`` (Strait only): the route's ``groups`` (consumer-group offset sync);
+        ``strait_copy`` (Strait only): the route's ``copy`` mode (batch or record)."""
         if system == "strait":
             return StraitReplicator(
                 zookeeper=self.sandbox.zookeeper,
@@ -112,6 +114,7 @@ class Bench:
                 session_timeout_s=self.session_timeout_s,
                 delivery=delivery,
                 groups=strait_groups,
+                copy=strait_copy,
             )
         if delivery is not None:
             raise ValueError("delivery modes are Strait's: MirrorMaker 2 runs with its defaults")

@@ -36,23 +36,30 @@ def throughput(
     partitions: int = 8,
     repeats: int = 1,
     timeout_s: float = 600.0,
+    copies: Sequence[str] = ("record",),
 ) -> dict[str, Any]:
-    """Copy a pre-filled topic; records/s, MB/s, CPU seconds per GB and peak RSS of the replicator."""
+    """Copy a pre-filled topic; records/s, MB/s, CPU seconds per GB and peak RSS of the replicator.
+
+    ``copies``: Strait's route ``copy`` modes to run (record, batch), each next to the same MM2 run.
+    """
     runs: list[dict[str, Any]] = []
     for repeat in range(repeats):
         for size in sizes:
             for compression in compressions:
                 for workers in parallelism:
-                    for system in bench.order(repeat):
+                    for system, copy in _systems(bench.order(repeat), copies):
+                        mode = f" copy {copy}" if copy else ""
                         bench.log(
-                            f"throughput: {system} x{workers}, {records:,} records of {size} B, "
+                            f"throughput: {system}{mode} x{workers}, {records:,} records of {size} B, "
                             f"compression {compression} (repeat {repeat + 1}/{repeats})"
                         )
-                        run = _throughput_run(bench, system, workers, size, compression, records, partitions, timeout_s)
+                        run = _throughput_run(
+                            bench, system, workers, size, compression, records, partitions, timeout_s, copy=copy
+                        )
                         run["repeat"] = repeat
                         runs.append(run)
                         bench.log(f"  -> {_fmt_throughput(run)}")
-    ratios = throughput_ratios(runs, sizes, compressions, parallelism)
+    ratios = throughput_ratios(runs, sizes, compressions, parallelism, copies)
     return {
         "scenario": "throughput",
         "params": {
@@ -62,27 +69,41 @@ def throughput(
             "records": records,
             "partitions": partitions,
             "repeats": repeats,
+            "copies": list(copies),
         },
         "runs": runs,
         "ratios": ratios,
     }
 
 
+def _systems(order: Sequence[str], copies: Sequence[str]) -> list[tuple[str, str | None]]:
+    """(system, Strait copy mode) in the run order; MM2 has no copy mode."""
+    return [(system, copy) for system in order for copy in (copies if system == "strait" else [None])]
+
+
 def throughput_ratios(
-    runs: Sequence[dict[str, Any]], sizes: Sequence[int], compressions: Sequence[str], parallelism: Sequence[int]
+    runs: Sequence[dict[str, Any]],
+    sizes: Sequence[int],
+    compressions: Sequence[str],
+    parallelism: Sequence[int],
+    copies: Sequence[str] = ("record",),
 ) -> list[dict[str, Any]]:
-    """Strait / MM2 per configuration: of the mean over repeats, and records/s of each system's best run."""
+    """Strait / MM2 per configuration and Strait copy mode: of the mean over repeats, and
+    records/s of each system's best run. A run without a copy mode copied records."""
     rows = []
     for size in sizes:
         for compression in compressions:
-            for workers in parallelism:
+            for workers, copy in [(w, c) for w in parallelism for c in copies]:
                 config = (size, compression, workers)
 
-                def values(system: str, metric: str, config: tuple[int, str, int] = config) -> list[float]:
+                def values(
+                    system: str, metric: str, config: tuple[int, str, int] = config, copy: str = copy
+                ) -> list[float]:
                     return [
                         r[metric]
                         for r in runs
                         if (r["system"], r["size"], r["compression"], r["parallelism"]) == (system, *config)
+                        and (system != "strait" or r.get("copy", "record") == copy)
                         and r.get(metric) is not None
                     ]
 
@@ -94,6 +115,7 @@ def throughput_ratios(
                         "size": size,
                         "compression": compression,
                         "parallelism": workers,
+                        "copy": copy,
                         "strait_records_per_s": avg("strait", "records_per_s"),
                         "mm2_records_per_s": avg("mm2", "records_per_s"),
                         "records_per_s": ratio(avg("strait", "records_per_s"), avg("mm2", "records_per_s")),
@@ -129,17 +151,22 @@ def _throughput_run(
     timeout_s: float,
     *,
     delivery: str | None = None,
+    copy: str | None = None,
 ) -> dict[str, Any]:
     """One full copy. With ``delivery`` (Strait's route setting) the copy counts only once the
-    records are visible to a ``read_committed`` reader, and the verifier reads ``read_committed``."""
-    label = [system, workers, size, compression] + ([delivery] if delivery else [])
+    records are visible to a ``read_committed`` reader, and the verifier reads ``read_committed``.
+    ``copy``: Strait's route copy mode (batch or record)."""
+    label = [system, workers, size, compression] + ([delivery] if delivery else []) + ([copy] if copy else [])
     run_dir = bench.run_dir(topic_name("throughput", *label))
     topic = topic_name("tp", uuid.uuid4().hex[:6], size, compression, system, workers)
     workload.create_topics(bench.src, [topic], partitions)
     expected = workload.prefill(bench.src, topic, partitions, records, size, compression=compression)
-    replicator = bench.replicator(system, run_dir, parallelism=workers, compression=compression, delivery=delivery)
+    replicator = bench.replicator(
+        system, run_dir, parallelism=workers, compression=compression, delivery=delivery, strait_copy=copy
+    )
     result: dict[str, Any] = {
         **({"delivery": delivery} if delivery else {}),
+        **({"copy": copy} if copy else {}),
         "system": system,
         "parallelism": workers,
         "size": size,
