@@ -125,6 +125,15 @@ class FakeDestinations:
             raise self.failures.pop(0)
         return min_partitions
 
+    def ensure_many(self, wanted: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int | Exception]:
+        results: dict[tuple[str, str], int | Exception] = {}
+        for (source, destination), partitions in wanted.items():
+            try:
+                results[(source, destination)] = self.ensure(source, destination, min_partitions=partitions)
+            except Exception as exc:
+                results[(source, destination)] = exc
+        return results
+
     def forget(self, destination_topic: str) -> None:
         pass
 

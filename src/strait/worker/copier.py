@@ -27,7 +27,7 @@ from strait.access_errors import explain
 from strait.metrics.stages import CopyObserver
 from strait.offsetmap.store import MapWriter
 from strait.worker.checkpoint import checkpoint_violation, start_offset
-from strait.worker.destination import DestinationError, DestinationTopics
+from strait.worker.destination import DestinationTopics
 from strait.worker.fetch import RecordPipeline
 from strait.worker.lease import always
 from strait.worker.origin import OriginRule
@@ -41,8 +41,12 @@ CATCHUP = "catchup"
 BATCH = "batch"
 
 # Starting a partition needs the source and destination admin APIs; when they fail the
-# partition is tried again after this long.
+# partition is tried again after FIRST_START_RETRY_S, doubling up to START_RETRY_S. The first
+# tries come soon: a topic created a moment ago is often not yet known to every broker
+# (UNKNOWN_TOPIC, NOT_LEADER) for a few hundred milliseconds, and a new topic's first record
+# used to wait the full 5 s for that.
 START_RETRY_S = 5.0
+FIRST_START_RETRY_S = 0.25
 # A partition stays in a pipeline at least this long, so a lag that hovers around the
 # threshold does not bounce it between pipelines (each move is a short drain).
 MIN_DWELL_S = 5.0
@@ -116,6 +120,9 @@ class DestinationManager(Protocol):
 
     def ensure(self, source_topic: str, destination_topic: str, *, min_partitions: int = 0) -> int:
         """Create or grow the destination topic; raises DestinationError or KafkaException."""
+
+    def ensure_many(self, wanted: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int | Exception]:
+        """``ensure`` for many (source, destination) pairs at once; failures are returned, not raised."""
 
     def forget(self, destination_topic: str) -> None:
         """Check the topic again next time."""
@@ -198,6 +205,7 @@ class _Entry:
     next_attempt: float = 0.0
     since: float = 0.0
     start_error: str | None = None
+    start_failures: int = 0  # failed starts in a row (the retry backs off)
     revoke_deadline: float | None = None
     revoked: threading.Event = field(default_factory=threading.Event)
     # Abandoned: stopped without a final commit (cut off from coordination, a successor may
@@ -581,15 +589,17 @@ class Copier:
             task = entry.state.task
             by_topic.setdefault((task.topic, task.destination_topic), []).append(entry)
         ready: list[_Entry] = []
+        # All topics at once: ten new topics must not wait for each other's creation.
+        outcomes = self._destinations.ensure_many(
+            {pair: max(e.state.task.partition for e in group) + 1 for pair, group in by_topic.items()}
+        )
         for (topic, destination_topic), group in by_topic.items():
-            needed = max(e.state.task.partition for e in group) + 1
-            try:
-                self._destinations.ensure(topic, destination_topic, min_partitions=needed)
-            except DestinationError as exc:
-                self._retry_later(group, str(exc))
+            outcome = outcomes.get((topic, destination_topic))
+            if isinstance(outcome, KafkaException):
+                self._retry_later(group, explain(self._destination_props, outcome, destination_topic))
                 continue
-            except KafkaException as exc:
-                self._retry_later(group, explain(self._destination_props, exc, destination_topic))
+            if isinstance(outcome, Exception):
+                self._retry_later(group, str(outcome))
                 continue
             ready.extend(group)
         if not ready:
@@ -642,6 +652,7 @@ class Copier:
                 entry.pipeline = pipeline
                 entry.since = time.monotonic()
                 entry.start_error = None
+                entry.start_failures = 0
             log.info(
                 "starting %s in the %s pipeline at offset %d (checkpoint %s, source end %d)",
                 state.task,
@@ -656,10 +667,22 @@ class Copier:
         self._commit([e for e in fresh if e.phase == "running"])
 
     def _retry_later(self, entries: list[_Entry], reason: str) -> None:
-        log.warning("copier %s: cannot start %d partition(s) yet: %s", self.route, len(entries), reason)
+        failures = 1 + max((e.start_failures for e in entries), default=0)
+        delay = min(START_RETRY_S, FIRST_START_RETRY_S * 2 ** (failures - 1))
+        # The first quick retries are routine right after a topic was created.
+        level = logging.WARNING if failures >= 3 else logging.INFO
+        log.log(
+            level,
+            "copier %s: cannot start %d partition(s) yet (retry in %.2fs): %s",
+            self.route,
+            len(entries),
+            delay,
+            reason,
+        )
         for entry in entries:
             entry.start_error = reason
-            entry.next_attempt = time.monotonic() + START_RETRY_S
+            entry.start_failures = failures
+            entry.next_attempt = time.monotonic() + delay
 
     def _commit(self, entries: list[_Entry], *, final: bool = False) -> None:
         """Commit the checkpoints that moved since their last commit, in one request."""

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
@@ -47,6 +48,10 @@ EXCLUDED_CONFIGS = frozenset(
 )
 
 DEFAULT_MAX_REPLICATION_FACTOR = 3
+
+# Destination topics made ready at the same time (each is a few admin round trips and a wait
+# for partition leaders; ten new topics one after the other took seconds).
+_PARALLEL_ENSURES = 8
 
 
 class DestinationError(Exception):
@@ -100,7 +105,8 @@ class DestinationTopics:
         self._destination = clients.admin(destination)
         self._replication_factor = replication_factor
         self._timeout_s = timeout_s
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _topic_locks
+        self._topic_locks: dict[str, threading.Lock] = {}
         self._ensured: dict[str, int] = {}
 
     def ensure(self, source_topic: str, destination_topic: str, *, min_partitions: int = 0) -> int:
@@ -109,7 +115,10 @@ class DestinationTopics:
         ``min_partitions`` skips the admin round trips when the destination is already known to
         have that many partitions. Raises :class:`DestinationError`.
         """
+        # One lock per destination topic: different topics are made ready at the same time.
         with self._lock:
+            lock = self._topic_locks.setdefault(destination_topic, threading.Lock())
+        with lock:
             known = self._ensured.get(destination_topic, 0)
             if min_partitions and known >= min_partitions:
                 return known
@@ -121,10 +130,36 @@ class DestinationTopics:
             self._ensured[destination_topic] = count
             return count
 
+    def ensure_many(self, wanted: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int | Exception]:
+        """:meth:`ensure` for many topics at once: their admin round trips overlap, not add up.
+
+        ``wanted`` maps (source topic, destination topic) to ``min_partitions``. Returns each
+        pair's partition count, or the :class:`DestinationError` or ``KafkaException`` that
+        stopped it: one topic that cannot be made ready does not hold the others back.
+        """
+        results: dict[tuple[str, str], int | Exception] = {}
+
+        def one(pair: tuple[str, str]) -> None:
+            try:
+                results[pair] = self.ensure(pair[0], pair[1], min_partitions=wanted[pair])
+            except (DestinationError, KafkaException) as exc:
+                results[pair] = exc
+
+        pending = [p for p in wanted if not (wanted[p] and self._ensured.get(p[1], 0) >= wanted[p])]
+        for pair in wanted:
+            if pair not in pending:
+                results[pair] = self._ensured.get(pair[1], 0)
+        if len(pending) <= 1:
+            for pair in pending:
+                one(pair)
+            return results
+        with ThreadPoolExecutor(max_workers=min(len(pending), _PARALLEL_ENSURES), thread_name_prefix="ensure") as pool:
+            list(pool.map(one, pending))
+        return results
+
     def forget(self, destination_topic: str) -> None:
         """Drop what is known about a topic, e.g. after it was deleted under the copier."""
-        with self._lock:
-            self._ensured.pop(destination_topic, None)
+        self._ensured.pop(destination_topic, None)
 
     def _ensure(self, source_topic: str, destination_topic: str) -> int:
         try:
@@ -157,6 +192,9 @@ class DestinationTopics:
         future = self._destination.create_topics([topic], request_timeout=self._timeout_s)[destination_topic]
         try:
             clients.admin_result(future, self._timeout_s, f"creating {destination_topic}")
+            # Created with every partition. A describe right now may not see them all yet (the
+            # brokers learn of a new topic asynchronously), which used to trigger a needless grow.
+            return
         except KafkaException as exc:
             # Another worker of the route may have created it first; growing is checked after.
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:

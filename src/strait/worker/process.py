@@ -6,19 +6,36 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from types import FrameType
 
 from strait.access_errors import name_clusters
 from strait.config import StraitConfig
 from strait.coordination import connect
-from strait.coordination.store import StoreUnavailable
+from strait.coordination.store import CoordinationStore, StoreUnavailable
 from strait.metrics.exposition import serve_metrics
 from strait.metrics.worker import WorkerMetrics
 from strait.worker.agent import LEASE_FRACTION, WorkerAgent, copier_factory
 from strait.worker.lease import Lease
 
 log = logging.getLogger(__name__)
+
+
+# How long a worker stopping at once waits for ZooKeeper to close its session.
+GOODBYE_TIMEOUT_S = 2.0
+
+
+def say_goodbye(store: CoordinationStore, timeout_s: float) -> bool:
+    """Close the session (its ephemeral nodes go with it) within ``timeout_s``; True if it did.
+
+    On a thread, so that a signal handler never blocks on a store that does not answer: then
+    the session ends by timing out, as after kill -9.
+    """
+    closer = threading.Thread(target=store.close, name="goodbye", daemon=True)
+    closer.start()
+    closer.join(timeout_s)
+    return not closer.is_alive()
 
 
 def run_worker(config: StraitConfig, worker_id: str) -> None:
@@ -61,7 +78,10 @@ def run_worker(config: StraitConfig, worker_id: str) -> None:
     def drain(signum: int, _frame: FrameType | None) -> None:
         if agent.drain_requested:
             # Asked twice: stop now. As safe as kill -9 (checkpoints cover only acknowledged
-            # records); the next owner may copy a few records again.
+            # records); the next owner may copy a few records again. Say goodbye first: closing
+            # the session deletes the registration at once, so the controller moves (and on
+            # exactly-once routes fences) our partitions now, not a session timeout later.
+            say_goodbye(store, GOODBYE_TIMEOUT_S)
             os._exit(128 + signum)
         agent.request_drain()
 
