@@ -1,18 +1,33 @@
 """The copier with ``copy: batch``: partitions start in the batch pipeline, a partition handed to
-record mode moves to a record pipeline at its checkpoint, and stats say which mode and why."""
+record mode moves to a record pipeline at its checkpoint, and stats and `strait status` say which
+mode and why."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from rich.console import Console
 
+from strait.cli.status import render
 from strait.config import RouteConfig
+from strait.coordination.model import (
+    Assignment,
+    ClusterSnapshot,
+    LeaderInfo,
+    PartitionKey,
+    TopicSpec,
+    WorkerRecord,
+    WorkerState,
+)
+from strait.metrics.observatory import Observatory, ObservatorySettings
 from strait.worker import copier as copier_module
 from strait.worker.agent import copy_mode
 from strait.worker.copier import Copier
 from strait.worker.pipeline import PartitionState
+from tests.unit.test_metrics import SnapshotStore
 from tests.unit.test_worker_copier import FakeCheckpoints, FakeDestinations, FakePipeline, _task, _wait_for
 
 
@@ -106,3 +121,43 @@ def test_route_copy_mode() -> None:
     assert copy_mode(route(copy="batch", active_active=True))[0] == "record"
     with pytest.raises(ValueError, match="copy"):
         route(copy="bytes")
+
+
+def _fleet_view() -> dict[str, Any]:
+    keys = [PartitionKey("bulk", "logs", p) for p in range(3)] + [PartitionKey("plain", "t", 0)]
+    partitions = {
+        str(keys[0]): {"bytes": 1, "mode": "batch", "mode_reason": ""},
+        str(keys[1]): {"bytes": 1, "mode": "batch", "mode_reason": ""},
+        str(keys[2]): {"bytes": 1, "mode": "record", "mode_reason": "compacted_gap: offsets 4..9 missing"},
+        str(keys[3]): {"bytes": 1, "mode": "record", "mode_reason": "route option copy: record"},
+    }
+    snapshot = ClusterSnapshot(
+        topics={
+            ("bulk", "logs"): TopicSpec("bulk", "logs", "logs", partitions=3),
+            ("plain", "t"): TopicSpec("plain", "t", "t", partitions=1),
+        },
+        removed=frozenset(),
+        workers={"w1": WorkerRecord("w1", WorkerState.ACTIVE)},
+        stats={"w1": {"updated": 99.0, "partitions": partitions}},
+        assignment=Assignment(dict.fromkeys(keys, "w1"), version=1),
+        leader=LeaderInfo("c1", "http://x"),
+    )
+    observatory = Observatory(
+        store=SnapshotStore(snapshot),  # type: ignore[arg-type]
+        offsets=lambda keys: {k: (0, 0) for k in keys},
+        controller_id="c1",
+        settings=ObservatorySettings(),
+        clock=lambda: 100.0,
+    )
+    observatory.sample()
+    return observatory.view()
+
+
+def test_status_shows_each_copy_mode_and_why_record_by_record() -> None:
+    view = _fleet_view()
+    assert {"route": "bulk", "mode": "batch", "reason": "", "partitions": 2} in view["copy_modes"]
+    console = Console(file=io.StringIO(), width=200)
+    console.print(render(view))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "Copy modes" in text and "compacted_gap: offsets 4..9 missing" in text
+    assert "route option copy: record" not in text  # a record route is not listed per partition

@@ -53,7 +53,8 @@ def render(view: dict[str, Any]) -> Group:
         f"controller {view['controller']} — {role} · unassigned partitions {view['unassigned']} · "
         f"assignment changes {int(counters['assignment_changes'])} · healing moves {int(counters['healing_moves'])}"
     )
-    return Group(header, _workers(view), _routes(view), _topics(view), *_problems(view), *_balance(view))
+    parts = (_workers(view), _routes(view), _copy_modes(view), _topics(view))
+    return Group(header, *[p for p in parts if p is not None], *_problems(view), *_balance(view))
 
 
 def _workers(view: dict[str, Any]) -> Table:
@@ -75,6 +76,21 @@ def _routes(view: dict[str, Any]) -> Table:
         if r.get("no_live_worker"):
             pools = f"[red]{pools}: no live worker, waiting[/]"
         table.add_row(r["name"], pools, str(r["topics"]), f"{r['bytes_per_s']:,.0f}", p50, p99)
+    return table
+
+
+def _copy_modes(view: dict[str, Any]) -> Table | None:
+    """Partitions per route and copy mode, with why record by record (only where batch mode is in play)."""
+    rows = view.get("copy_modes") or []
+    # A route-wide reason (copy: record, exactly-once, active-active) says nothing per partition.
+    route_wide = ("route option", "exactly-once route", "active-active route")
+    batch_routes = {r["route"] for r in rows if r["mode"] == "batch" or not r["reason"].startswith(route_wide)}
+    rows = [r for r in rows if r["route"] in batch_routes]
+    if not rows:
+        return None
+    table = Table("route", "mode", "partitions", "why record by record", title="Copy modes")
+    for r in rows:
+        table.add_row(r["route"], r["mode"], str(r["partitions"]), r["reason"] or "-")
     return table
 
 

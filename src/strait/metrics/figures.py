@@ -85,6 +85,31 @@ def merged_partition_figure(snapshot: ClusterSnapshot, field_name: str) -> dict[
     return out
 
 
+def copy_modes(snapshot: ClusterSnapshot) -> dict[str, dict[str, str]]:
+    """Per partition: how it is copied (``mode``: batch or record) and why record by record
+    (``mode_reason``), from its owner's report (another worker's while the owner has not said)."""
+    out: dict[str, dict[str, str]] = {}
+    owners = {str(k): w for k, w in snapshot.assignment.owners.items()}
+    for worker_id, report in snapshot.stats.items():
+        for name, entry in dict(report.get("partitions") or {}).items():
+            mode = entry.get("mode") if isinstance(entry, dict) else None
+            if mode is not None and (owners.get(name) == worker_id or name not in out):
+                out[name] = {"mode": str(mode), "mode_reason": str(entry.get("mode_reason") or "")}
+    return out
+
+
+def count_copy_modes(modes: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    """Partitions per route, copy mode and reason (``strait status``'s copy mode table)."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for name, entry in modes.items():
+        key = (name.split("/", 1)[0], entry["mode"], entry["mode_reason"])
+        counts[key] = counts.get(key, 0) + 1
+    return [
+        {"route": route, "mode": mode, "reason": reason, "partitions": n}
+        for (route, mode, reason), n in sorted(counts.items())
+    ]
+
+
 def latency(snapshot: ClusterSnapshot) -> dict[str, dict[str, Any]]:
     """Per route over every worker's last window: p50 weighted by count, p99 the worst."""
     merged: dict[str, dict[str, Any]] = {}

@@ -221,6 +221,7 @@ class Observatory:
         backlogged: dict[str, int] = {}
         partitions: list[dict[str, Any]] = []
         lag_seconds = figures.merged_partition_figure(snapshot, "lag_seconds")
+        modes = figures.copy_modes(snapshot)
         for key, seen in sorted(observed.items()):
             topic = f"{key.route}/{key.topic}"
             lag_by_topic[topic] = lag_by_topic.get(topic, 0) + (seen.lag or 0)
@@ -236,6 +237,7 @@ class Observatory:
                     "lag": seen.lag,
                     "lag_seconds": lag_seconds.get(str(key)),
                     "stalled_s": round(record.stalled_for(now), 1) if record else 0.0,
+                    **modes.get(str(key), {}),
                 }
             )
         throughput = {
@@ -263,6 +265,7 @@ class Observatory:
             "latency": figures.latency(snapshot),
             "stages": figures.stages(snapshot),
             "partitions": partitions,
+            "copy_modes": figures.count_copy_modes(modes),
             "stuck": self._stuck_rows(stuck, now),
             "slow_workers": [
                 {
