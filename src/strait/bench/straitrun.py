@@ -70,7 +70,7 @@ class StraitReplicator:
         workdir: Path,
         workers: int,
         compression: str = "none",
-        session_timeout_s: float = 10.0,
+        session_timeout_s: float = 4.0,
         start_timeout_s: float = 60.0,
         delivery: str | None = None,
         groups: Mapping[str, Any] | None = None,

@@ -14,7 +14,7 @@ from strait.coordination.retry import RetryExhausted, RetryPolicy
 from strait.coordination.store import CoordinationError, CoordinationStore, StoreUnavailable, WorkerIdTaken
 
 
-def connect(*, connect: str, root: str, session_timeout_s: float = 10.0) -> CoordinationStore:
+def connect(*, connect: str, root: str, session_timeout_s: float = 4.0) -> CoordinationStore:
     """A started coordination store (ZooKeeper) for the given ensemble and root."""
     from strait.coordination.zookeeper import ZooKeeperStore
 

@@ -24,6 +24,7 @@ from strait.bench import agent, positions, reader, workload
 from strait.bench.mirrormaker import MirrorMaker2
 from strait.bench.replicator import Replicator
 from strait.bench.straitrun import StraitReplicator
+from strait.config import ZookeeperConfig
 from strait.sandbox import Sandbox
 
 SYSTEMS = ("strait", "mm2")
@@ -47,7 +48,8 @@ class Bench:
     systems: Sequence[str] = SYSTEMS
     log: Callable[[str], None] = print
     mm2_heap: str = "512m"
-    session_timeout_s: float = 10.0
+    # The configuration's default: the benchmarks measure Strait as it ships.
+    session_timeout_s: float = ZookeeperConfig.model_fields["session_timeout_s"].default
     # The sandbox clusters copied from and to (`strait bench security` has a pair per security mode).
     src_cluster: str = "src"
     dst_cluster: str = "dst"
