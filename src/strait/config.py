@@ -48,11 +48,7 @@ class ZookeeperConfig(_Model):
 
     connect: str = "127.0.0.1:2181"
     root: str = "/strait"
-    # How soon a dead worker's partitions move (the session expires this long after its last
-    # heartbeat), and how long a live process may stall without being declared dead: 4 s had no
-    # false expiration under a 2 s SIGSTOP or a CPU hog on every core, 3 s had (README,
-    # "Failure detection"). The server must grant it: stock ZooKeeper's minimum is 2 x tickTime.
-    session_timeout_s: float = Field(default=4.0, gt=0)
+    session_timeout_s: float = Field(default=10.0, gt=0)
 
     @field_validator("root")
     @classmethod
@@ -438,7 +434,7 @@ class StraitConfig(_Model):
         unknown = self.balance.unknown_clusters(self.clusters)
         if unknown:
             raise ValueError(
-                f"balance.capacities/disk_classes: unknown cluster(s) {', '.join(unknown)} "
+                f"balance.capacities/disk_classes/clusters: unknown cluster(s) {', '.join(unknown)} "
                 f"(clusters: {', '.join(sorted(self.clusters)) or 'none'})"
             )
         return self

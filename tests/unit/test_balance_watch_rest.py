@@ -131,3 +131,14 @@ def test_rest_plans_take_a_traffic_window_and_disk_classes(monkeypatch: pytest.M
     assert http.get("/balance/big/plan", params={"disk_class": ["nonsense"]}).status_code == 400
     assert http.get("/balance/big/plan", params={"disk_class": ["*=tape"]}).status_code == 400
     assert http.get("/balance/big/plan", params={"traffic_window": -1}).status_code == 422
+
+
+def test_moves_waiting_for_room_are_a_series() -> None:
+    from strait.metrics.balance import summarize
+    from strait.metrics.controller import _ControllerCollector
+
+    moves = {"a": {"state": "pending", "waiting": "no room yet on broker 3"}, "b": {"state": "pending"}, "c": {}}
+    view = {"balance": {"big": summarize("e1", "running", moves)}}
+    families = {f.name: f for f in _ControllerCollector(None)._balance(view)}  # type: ignore[arg-type]
+    waiting = families["strait_balance_moves_waiting_for_room"].samples
+    assert [(s.labels, s.value) for s in waiting] == [({"cluster": "big"}, 1)]

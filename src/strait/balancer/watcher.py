@@ -93,7 +93,11 @@ class BalanceWatcher:
             for name in self.names:
                 if self._stop.is_set():
                     break
-                self.check(name)
+                try:
+                    self.check(name)
+                except Exception as exc:  # a client library's own errors, a bug: the thread must go on
+                    log.exception("balance watch: checking cluster %s failed", name)
+                    self._failed(name, f"checking cluster {name!r} failed: {exc}")
             self._wake.wait(self.settings.interval_s)
             self._wake.clear()
 
