@@ -48,7 +48,11 @@ class ZookeeperConfig(_Model):
 
     connect: str = "127.0.0.1:2181"
     root: str = "/strait"
-    session_timeout_s: float = Field(default=10.0, gt=0)
+    # How soon a dead worker's partitions move (the session expires this long after its last
+    # heartbeat), and how long a live process may stall without being declared dead: 4 s had no
+    # false expiration under a 2 s SIGSTOP or a CPU hog on every core, 3 s had (README,
+    # "Failure detection"). The server must grant it: stock ZooKeeper's minimum is 2 x tickTime.
+    session_timeout_s: float = Field(default=4.0, gt=0)
 
     @field_validator("root")
     @classmethod
