@@ -7,7 +7,7 @@ nothing here does I/O, so decisions made from a snapshot are pure and testable.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -29,6 +29,80 @@ class PartitionKey(NamedTuple):
     def parse(cls, text: str) -> PartitionKey:
         route, topic, partition = text.split("/")
         return cls(route, topic, int(partition))
+
+
+def _ranges(numbers: list[int]) -> str:
+    """Sorted partition numbers as "0-99,105,200-201"."""
+    parts: list[str] = []
+    start = prev = numbers[0]
+    for n in numbers[1:]:
+        if n == prev + 1:
+            prev = n
+            continue
+        parts.append(f"{start}-{prev}" if prev > start else str(start))
+        start = prev = n
+    parts.append(f"{start}-{prev}" if prev > start else str(start))
+    return ",".join(parts)
+
+
+def encode_keys(keys: Iterable[PartitionKey]) -> list[list[str]]:
+    """A set of partitions, compactly: ``[[route, topic, "0-99,105"], ...]`` (sorted).
+
+    The coordination store keeps assignments and holdings in this form: 100,000 partitions
+    one string per partition ran past ZooKeeper's 1 MB node limit, as ranges they take a few
+    bytes per topic when a worker holds runs of partitions."""
+    grouped: dict[tuple[str, str], list[int]] = {}
+    for key in keys:
+        grouped.setdefault((key.route, key.topic), []).append(int(key.partition))
+    return [[route, topic, _ranges(sorted(set(ps)))] for (route, topic), ps in sorted(grouped.items())]
+
+
+def decode_keys(entries: Iterable[Any]) -> frozenset[PartitionKey]:
+    """The partitions of :func:`encode_keys`' output (entries may repeat a topic: unioned)."""
+    keys: set[PartitionKey] = set()
+    for entry in entries:
+        route, topic, ranges = str(entry[0]), str(entry[1]), str(entry[2])
+        for part in ranges.split(","):
+            if not part:
+                continue
+            low, _, high = part.partition("-")
+            keys.update(PartitionKey(route, topic, p) for p in range(int(low), int(high or low) + 1))
+    return frozenset(keys)
+
+
+def split_encoded(entries: list[list[str]], limit: int) -> list[list[list[str]]]:
+    """:func:`encode_keys` output cut into pieces of at most about `limit` bytes of JSON each
+    (a topic whose ranges alone are longer is cut between ranges). Always at least one piece."""
+    pieces: list[list[list[str]]] = [[]]
+    size = 0
+    for route, topic, ranges in entries:
+        overhead = len(route) + len(topic) + 12
+        while True:
+            room = max(64, limit - size - overhead)
+            if len(ranges) <= room:
+                head, ranges = ranges, ""
+            else:
+                cut = ranges.rfind(",", 0, room)
+                if cut <= 0:
+                    if pieces[-1]:
+                        pieces.append([])
+                        size = 0
+                        continue
+                    cut = ranges.find(",")
+                    cut = len(ranges) if cut < 0 else cut
+                head, ranges = ranges[:cut], ranges[cut + 1 :]
+            pieces[-1].append([route, topic, head])
+            size += overhead + len(head)
+            if not ranges:
+                break
+            pieces.append([])
+            size = 0
+        if size >= limit:
+            pieces.append([])
+            size = 0
+    if len(pieces) > 1 and not pieces[-1]:
+        pieces.pop()
+    return pieces
 
 
 class WorkerState(enum.StrEnum):
@@ -116,14 +190,19 @@ class WorkerRecord:
     # Not live: when it was last seen live or left (seconds since the epoch), if known.
     gone_since: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, *, legacy_holding: bool = False) -> dict[str, Any]:
+        """`held` lists the holding as ranges (small at any scale); `legacy_holding` adds the
+        one-string-per-partition list that controllers before the split layout read."""
+        data: dict[str, Any] = {
             "state": self.state.value,
             "host": self.host,
             "pid": self.pid,
             "pool": self.pool,
-            "holding": sorted(str(k) for k in self.holding),
+            "held": encode_keys(self.holding),
         }
+        if legacy_holding:
+            data["holding"] = sorted(str(k) for k in self.holding)
+        return data
 
     @classmethod
     def from_json(cls, worker_id: str, data: Mapping[str, Any], *, live: bool, drain: bool) -> WorkerRecord:
@@ -137,7 +216,11 @@ class WorkerRecord:
             live=live,
             host=str(data.get("host", "")),
             pid=int(data.get("pid", 0)),
-            holding=frozenset(PartitionKey.parse(k) for k in data.get("holding", [])),
+            holding=(
+                decode_keys(data["held"])
+                if "held" in data
+                else frozenset(PartitionKey.parse(k) for k in data.get("holding", []))
+            ),
             drain_requested=drain,
             pool=str(data.get("pool") or "default"),
         )

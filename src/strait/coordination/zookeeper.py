@@ -4,10 +4,12 @@ Layout under the configured root::
 
     leader                      ephemeral  {"id", "api_url"} of the leading controller
     leader-epoch                persistent version bumped by every new leader (write fencing)
-    assignment                  persistent {"route/topic/partition": worker id | null}
+    assignment                  persistent manifest {"layout": 2, ...}; the assignment itself is split
+                                per worker: assignment/workers/<id>, assignment/unowned (see
+                                strait.coordination.split; layout 1, one map here, is still read)
     topics/<route>/<topic>      persistent TopicSpec
     removed/<route>/<topic>     persistent marker: patterns must not re-add this topic
-    workers/live/<id>           ephemeral  WorkerRecord (state, holding)
+    workers/live/<id>           ephemeral  WorkerRecord (state, holding as ranges)
     workers/known/<id>          persistent last lifecycle state, pool and time, so the API can say left/dead
                                 (deleted controller.forget_left_workers_s after the worker went)
     workers/stats/<id>          ephemeral  per-partition copy statistics
@@ -48,6 +50,7 @@ from strait.coordination.model import (
     WorkerState,
 )
 from strait.coordination.retry import RetryExhausted, RetryPolicy
+from strait.coordination.split import SplitAssignment
 from strait.coordination.store import StoreUnavailable, WorkerIdTaken
 
 log = logging.getLogger(__name__)
@@ -84,7 +87,7 @@ class ZooKeeperStore:
         *,
         connect: str,
         root: str,
-        session_timeout_s: float = 4.0,
+        session_timeout_s: float = 10.0,
         retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
         self._root = root.rstrip("/")
@@ -103,6 +106,7 @@ class ZooKeeperStore:
         self._epoch_version = -1
         self._watched_routes: set[str] = set()
         self._client.add_listener(self._on_kazoo_state)
+        self._assignment = SplitAssignment(self._client, self._root, self._call)
 
     # --- paths ---------------------------------------------------------------------------
     def _path(self, *parts: str) -> str:
@@ -117,9 +121,9 @@ class ZooKeeperStore:
         self._state = SessionState.CONNECTED
         for part in ("topics", "removed", "workers/live", "workers/known", "workers/stats", "workers/drain"):
             self._call(self._client.ensure_path, self._path(part))
-        for node in ("assignment", "leader-epoch"):
-            with contextlib.suppress(NodeExistsError):
-                self._call(self._client.create, self._path(node), b"{}")
+        with contextlib.suppress(NodeExistsError):
+            self._call(self._client.create, self._path("leader-epoch"), b"{}")
+        self._assignment.ensure()
 
     def close(self) -> None:
         self._leading = False
@@ -314,16 +318,8 @@ class ZooKeeperStore:
     def write_assignment(self, owners: Mapping[PartitionKey, str | None], version: int) -> bool:
         if not self.holds_leadership():
             return False
-        data = _dump({str(k): w for k, w in sorted(owners.items())})
-        transaction = self._client.transaction()
-        transaction.check(self._path("leader-epoch"), self._epoch_version)
-        transaction.set_data(self._path("assignment"), data, version=version)
-        results = self._call(transaction.commit)
-        failed = [r for r in results if isinstance(r, Exception)]
-        if failed:
-            log.info("assignment write lost a race (%s)", ", ".join(type(r).__name__ for r in failed))
-            return False
-        return True
+        # Every transaction of the publish checks the leader epoch (see strait.coordination.split).
+        return self._assignment.write(owners, version, (self._path("leader-epoch"), self._epoch_version))
 
     def create_topic(self, spec: TopicSpec) -> TopicSpec | None:
         path = self._path("topics", spec.route, spec.topic)
@@ -354,6 +350,8 @@ class ZooKeeperStore:
     def forget_worker(self, worker_id: str) -> None:
         if self._call(self._client.exists, self._path("workers/live", worker_id)) is not None:
             return  # back meanwhile
+        if self.holds_leadership():
+            self._assignment.forget(worker_id, (self._path("leader-epoch"), self._epoch_version))
         for part in ("workers/known", "workers/drain"):
             with contextlib.suppress(NoNodeError):
                 self._call(self._client.delete, self._path(part, worker_id))
@@ -366,17 +364,21 @@ class ZooKeeperStore:
     def register_worker(self, record: WorkerRecord) -> None:
         path = self._path("workers/live", record.id)
         try:
-            self._call(self._client.create, path, _dump(record.to_json()), ephemeral=True)
+            self._call(self._client.create, path, self._record_json(record), ephemeral=True)
         except NodeExistsError as exc:
             current = self._get(path)
             if current is not None and current[1].ephemeralOwner != self._session_id():
                 raise WorkerIdTaken(f"worker id {record.id!r} is registered by another live session") from exc
-            self._call(self._client.set, path, _dump(record.to_json()))
+            self._call(self._client.set, path, self._record_json(record))
         self._write_known(record)
+
+    def _record_json(self, record: WorkerRecord) -> bytes:
+        # The one-string-per-partition holding list only while a layout-1 controller may read it.
+        return _dump(record.to_json(legacy_holding=self._assignment.legacy))
 
     def update_worker(self, record: WorkerRecord) -> None:
         try:
-            self._call(self._client.set, self._path("workers/live", record.id), _dump(record.to_json()))
+            self._call(self._client.set, self._path("workers/live", record.id), self._record_json(record))
         except NoNodeError as exc:
             raise StoreUnavailable(f"worker {record.id!r} is no longer registered (session lost)") from exc
         self._write_known(record)
@@ -421,11 +423,18 @@ class ZooKeeperStore:
                 self._call(self._client.create, path, data, ephemeral=True)
 
     def watch_assignment(self, on_change: Callable[[Assignment], None]) -> None:
-        def changed(data: bytes | None, stat: Any) -> bool:
-            on_change(self._parse_assignment(data, stat))
+        # Every publish ends by bumping the manifest; the assignment passed is only a wake-up.
+        def changed(_data: bytes | None, _stat: Any) -> bool:
+            on_change(Assignment())
             return True
 
         DataWatch(self._client, self._path("assignment"), changed)
+
+    def watch_worker_assignment(self, worker_id: str, on_change: Callable[[Assignment], None]) -> None:
+        self._assignment.watch_worker(worker_id, on_change)
+
+    def read_worker_assignment(self, worker_id: str) -> Assignment:
+        return self._assignment.read_worker(worker_id)
 
     def watch_drain(self, worker_id: str, on_change: Callable[[bool], None]) -> None:
         def changed(data: bytes | None, _stat: Any) -> bool:
@@ -435,23 +444,7 @@ class ZooKeeperStore:
         DataWatch(self._client, self._path("workers/drain", worker_id), changed)
 
     def read_assignment(self) -> Assignment:
-        try:
-            data, stat = self._call(self._client.get, self._path("assignment"))
-        except NoNodeError:
-            return Assignment()
-        return self._parse_assignment(data, stat)
-
-    @staticmethod
-    def _parse_assignment(data: bytes | None, stat: Any) -> Assignment:
-        if stat is None:
-            return Assignment()
-        owners: dict[PartitionKey, str | None] = {}
-        for key, worker in _load(data).items():
-            try:
-                owners[PartitionKey.parse(key)] = worker
-            except ValueError:
-                log.warning("ignoring malformed assignment key %r", key)
-        return Assignment(owners=owners, version=stat.version)
+        return self._assignment.read()
 
     def topics(self) -> dict[tuple[str, str], TopicSpec]:
         paths = [

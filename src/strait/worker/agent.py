@@ -185,7 +185,7 @@ class WorkerAgent:
         self.store.clear_drain_request(self.id)  # a request addressed to a previous incarnation
         self._register()
         self.store.on_session_change(self._on_session)
-        self.store.watch_assignment(self._on_assignment)
+        self.store.watch_worker_assignment(self.id, self._on_assignment)  # only this worker's node
         self.store.watch_drain(self.id, self._on_drain_node)
         for route in self.config.routes:
             copier = self._make_copier(route)
@@ -263,7 +263,7 @@ class WorkerAgent:
             self._tasks.clear()
             self._leave()
             return
-        assignment = self.store.read_assignment()
+        assignment = self.store.read_worker_assignment(self.id)
         self._lease.confirm()  # read through a live session just now
         self._restart_fenced(assignment)
         self._apply(assignment)
@@ -338,7 +338,7 @@ class WorkerAgent:
         # Announce before starting, then make sure the assignment did not move meanwhile:
         # the controller only hands a partition on once nobody announces holding it.
         self._publish_holding(set(self._tasks) | set(tasks))
-        latest = self.store.read_assignment()
+        latest = self.store.read_worker_assignment(self.id)
         if latest.version != assignment.version:
             still_mine = latest.of_worker(self.id)
             tasks = {k: t for k, t in tasks.items() if k in still_mine}
