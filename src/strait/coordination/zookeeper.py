@@ -87,7 +87,7 @@ class ZooKeeperStore:
         *,
         connect: str,
         root: str,
-        session_timeout_s: float = 10.0,
+        session_timeout_s: float = 4.0,
         retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
         self._root = root.rstrip("/")
