@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from typing import Any
@@ -41,7 +42,8 @@ def worker_failure(
         v = run.get("verify", {})
         bench.log(
             f"  -> resumed after {run.get('resume_s')} s, stalled partitions {run.get('stalled_partitions')}, "
-            f"{missing_words(v)}, dup {v.get('duplicated')}" + (f" FAILED: {run['error']}" if run.get("error") else "")
+            f"{missing_words(v)}, dup {v.get('duplicated')}, load {run.get('load')}"
+            + (f" FAILED: {run['error']}" if run.get("error") else "")
         )
     by = {r["system"]: r for r in runs}
     return {
@@ -88,6 +90,7 @@ def _failure_run(
                 owners = replicator.assignment()
                 result["assignment_before"] = owners
             t_kill_us = time.time_ns() // 1000
+            result["load"] = [round(x, 2) for x in os.getloadavg()]  # at the kill
             result["killed"] = replicator.kill_one()
             arrivals, windows = session.finish(drain_s=max(120.0, mm2_rebalance_delay_ms / 1000 + 90))
             start_us, end_us = windows[0]
