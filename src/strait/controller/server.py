@@ -19,6 +19,7 @@ from strait.controller.service import ControllerService
 from strait.controller.topicconfig import TopicConfigFollower
 from strait.coordination import connect
 from strait.coordination.model import LeaderInfo
+from strait.coordination.stats import use_token as use_stats_token
 from strait.metrics.balance import read_executions
 from strait.metrics.healing import HealingPolicy
 from strait.metrics.observatory import Observatory, ObservatorySettings
@@ -51,6 +52,7 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
         root=config.zookeeper.root,
         session_timeout_s=config.zookeeper.session_timeout_s,
     )
+    use_stats_token(config.observability.metrics_token)  # to fetch large workers' stats (GET /stats)
     metadata = SourceMetadata(config.clusters)
     observability = config.observability
     probe = OffsetProbe(config)

@@ -12,7 +12,8 @@ Layout under the configured root::
     workers/live/<id>           ephemeral  WorkerRecord (state, holding as ranges)
     workers/known/<id>          persistent last lifecycle state, pool and time, so the API can say left/dead
                                 (deleted controller.forget_left_workers_s after the worker went)
-    workers/stats/<id>          ephemeral  per-partition copy statistics
+    workers/stats/<id>          ephemeral  copy statistics: per partition for a small worker, else a summary
+                                with the URL of the whole report (see strait.coordination.stats)
     workers/drain/<id>          persistent drain request
 """
 
@@ -51,6 +52,7 @@ from strait.coordination.model import (
 )
 from strait.coordination.retry import RetryExhausted, RetryPolicy
 from strait.coordination.split import SplitAssignment
+from strait.coordination.stats import StatsGatherer
 from strait.coordination.store import StoreUnavailable, WorkerIdTaken
 
 log = logging.getLogger(__name__)
@@ -107,6 +109,7 @@ class ZooKeeperStore:
         self._watched_routes: set[str] = set()
         self._client.add_listener(self._on_kazoo_state)
         self._assignment = SplitAssignment(self._client, self._root, self._call)
+        self._gatherer: StatsGatherer | None = None  # made by the first snapshot (controllers)
 
     # --- paths ---------------------------------------------------------------------------
     def _path(self, *parts: str) -> str:
@@ -127,6 +130,8 @@ class ZooKeeperStore:
 
     def close(self) -> None:
         self._leading = False
+        if self._gatherer is not None:
+            self._gatherer.close()
         try:
             self._client.stop()
             self._client.close()
@@ -300,6 +305,11 @@ class ZooKeeperStore:
             if data is not None:
                 workers[worker_id] = WorkerRecord.from_json(worker_id, data, live=True, drain=worker_id in drains)
         stats = {w: nodes[self._path("workers/stats", w)] for w in stats_ids if self._path("workers/stats", w) in nodes}
+        if any("stats_url" in report for report in stats.values()):
+            # Large workers keep their per-partition stats out of ZooKeeper: fetched over HTTP.
+            if self._gatherer is None:
+                self._gatherer = StatsGatherer()
+            stats = self._gatherer.merge(stats)
         return ClusterSnapshot(
             topics=topics,
             removed=removed,

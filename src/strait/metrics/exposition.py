@@ -8,6 +8,7 @@ controller's ``/metrics`` does; Prometheus sends it with ``authorization: {crede
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import socket
 import ssl
@@ -62,6 +63,17 @@ def _guarded(app: Callable[..., Iterable[bytes]], token: str) -> Callable[..., I
     return guarded
 
 
+def _with_stats(app: Callable[..., Iterable[bytes]], stats: Callable[[], Any]) -> Callable[..., Iterable[bytes]]:
+    def routed(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != "/stats":
+            return app(environ, start_response)
+        body = json.dumps(stats()).encode()
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return routed
+
+
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a hung scraper never holds the process open
 
@@ -78,8 +90,12 @@ def serve_metrics(
     certfile: str | None = None,
     keyfile: str | None = None,
     token: str | None = None,
+    stats: Callable[[], Any] | None = None,
 ) -> str:
     """Serve `registry` on `host:port` (port 0 picks a free one) in a daemon thread; the URL.
+
+    With ``stats``, ``GET /stats`` answers its value as JSON (a worker's whole stats report,
+    which the controller fetches when only a summary of it is in ZooKeeper).
 
     With ``certfile``/``keyfile`` (PEM) the endpoint serves HTTPS only. With ``token`` (or the
     process's, see :func:`require_token`) it needs that bearer token.
@@ -92,6 +108,8 @@ def serve_metrics(
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
     app = make_wsgi_app(registry)
+    if stats is not None:
+        app = _with_stats(app, stats)
     server = make_server(host, int(port), _guarded(app, token) if token else app, Server, handler_class=_QuietHandler)
     if certfile and keyfile:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -41,6 +41,7 @@ from strait.coordination.model import (
     WorkerState,
 )
 from strait.coordination.retry import RetryPolicy
+from strait.coordination.stats import for_zookeeper as stats_for_zookeeper
 from strait.coordination.store import CoordinationStore, StoreUnavailable, WorkerIdTaken
 from strait.metrics.worker import WorkerMetrics
 from strait.worker.destination import DestinationTopics
@@ -166,6 +167,7 @@ class WorkerAgent:
         self._published: set[PartitionKey] | None = None
         self._drain_deadline = float("inf")
         self._next_stats = 0.0
+        self.last_report: dict[str, Any] = {}
 
     @property
     def state(self) -> WorkerState:
@@ -445,7 +447,9 @@ class WorkerAgent:
         report: dict[str, Any] = {"updated": time.time(), "state": self._state.value, "partitions": partitions}
         if self._metrics is not None:
             report.update(self._metrics.report())
-        self.store.publish_stats(self.id, report)
+        self.last_report = report  # served whole at GET /stats
+        # Many partitions: only a summary goes to ZooKeeper (see strait.coordination.stats).
+        self.store.publish_stats(self.id, stats_for_zookeeper(report, self.config.worker.stats_interval_s))
 
     def _shutdown(self) -> None:
         for copier in self._copiers.values():

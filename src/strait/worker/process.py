@@ -57,6 +57,7 @@ def run_worker(config: StraitConfig, worker_id: str) -> None:
             time.sleep(delay_s)
             delay_s = min(10.0, delay_s * 2)
     metrics = WorkerMetrics(worker_id)
+    agents: list[WorkerAgent] = []  # the agent, once made: its last stats report is served at /stats
     if config.observability.worker_metrics_listen is not None:
         tls = config.controller.tls
         metrics.url = serve_metrics(
@@ -64,6 +65,7 @@ def run_worker(config: StraitConfig, worker_id: str) -> None:
             config.observability.worker_metrics_listen,
             certfile=str(tls.cert) if tls is not None else None,
             keyfile=str(tls.key) if tls is not None else None,
+            stats=lambda: agents[0].last_report if agents else {},
         )
     lease = Lease(config.zookeeper.session_timeout_s * LEASE_FRACTION)
     agent = WorkerAgent(
@@ -74,6 +76,7 @@ def run_worker(config: StraitConfig, worker_id: str) -> None:
         metrics=metrics,
         lease=lease,
     )
+    agents.append(agent)
 
     def drain(signum: int, _frame: FrameType | None) -> None:
         if agent.drain_requested:
