@@ -201,15 +201,15 @@ def fetch() -> None:
     for runtime in artifacts.RUNTIMES:
 
         def progress(line: str, name: str = runtime) -> None:
-            console.print(f"{name}: {line}")
+            console.print(f"{name}: {line}", soft_wrap=True)
 
         try:
             folder = artifacts.resolve(runtime, progress=progress)
         except SandboxError as exc:
             raise _fail(exc) from exc
-        console.print(f"{runtime}: {folder}")
+        console.print(f"{runtime}: {folder}", soft_wrap=True)
     try:
-        console.print(f"java: {java.java_binary()}")
+        console.print(f"java: {java.java_binary()}", soft_wrap=True)
     except SandboxError as exc:
         raise _fail(exc) from exc
 
