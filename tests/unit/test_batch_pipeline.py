@@ -346,3 +346,22 @@ def test_stop_closes_the_links_and_a_dead_pipeline_releases_at_once() -> None:
     assert isinstance(links, FakeLinks) and links.closed
     done: threading.Event = pipeline.release(state)
     assert done.is_set()
+
+
+def test_unreachable_clusters_send_partitions_to_record_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: Any, **__: Any) -> FakeLinks:
+        raise ConnectionError("no broker answers")
+
+    monkeypatch.setattr(batch_pipeline, "Links", refuse)
+    pipeline = BatchPipeline(name="batch", source={}, destination={}, group_id="g", client_id="c")
+    pipeline.start()
+    try:
+        state = start(pipeline, "t", 0, offset=5)
+        deadline = time.monotonic() + 30
+        while state.mode != "record" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert state.mode == "record" and "no broker answers" in state.mode_reason
+        done = pipeline.release(state)
+        assert done.wait(30) and state.checkpoint == 5
+    finally:
+        pipeline.stop(1.0)

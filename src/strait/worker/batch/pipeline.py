@@ -83,6 +83,7 @@ class BatchPipeline:
         self._identities: list[tuple[BatchPartition, int, Any]] = []
         self._stopping = threading.Event()
         self._flush_timeout_s = 0.0
+        self._unreachable: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"strait-copy-{client_id}-{name}", daemon=True)
 
     # -- the Pipeline protocol (any thread) ----------------------------------------------------
@@ -126,8 +127,8 @@ class BatchPipeline:
 
     def _run(self) -> None:
         try:
-            if self._links is None:
-                self._links = Links(self._source_props, self._destination_props, client_id=self._client_id)
+            while self._links is None and not self._stopping.is_set():
+                self._connect()
             while not self._stopping.is_set():
                 self._step()
         except Exception as exc:
@@ -137,6 +138,19 @@ class BatchPipeline:
                 part.state.fetching = False
         finally:
             self._shutdown()
+
+    def _connect(self) -> None:
+        """Connect to both clusters; while they cannot be reached, partitions added meanwhile go
+        to record mode (whose clients wait for the clusters) and releases are served."""
+        try:
+            self._links = Links(self._source_props, self._destination_props, client_id=self._client_id)
+            self._unreachable = None
+        except Exception as exc:
+            if self._unreachable is None:
+                log.warning("pipeline %s: clusters unreachable (%s); trying again", self.name, exc)
+            self._unreachable = f"clusters unreachable for batch mode: {type(exc).__name__}: {exc}"
+            self._run_commands()
+            self._stopping.wait(RETRY_BACKOFF_S * 10)
 
     def _step(self) -> None:
         """One turn of the loop; tests drive it directly."""
@@ -190,8 +204,11 @@ class BatchPipeline:
 
     def _add(self, state: PartitionState, tracker: AckTracker) -> None:
         links = self._links
-        assert links is not None
         task = state.task
+        if links is None:
+            state.mode, state.mode_reason = "record", self._unreachable or "batch pipeline not connected"
+            state.fetching = False
+            return
         try:
             destination = links.destination.destination_topic(task.destination_topic)
             compacted = links.source.compacted(task.topic)
