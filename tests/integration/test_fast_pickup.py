@@ -44,6 +44,11 @@ def test_ensure_many_makes_every_topic_ready_and_a_missing_one_holds_back_no_oth
     assert len(listed[f"{prefix}-a-copy"].partitions) == 3
     assert len(listed[f"{prefix}-b"].partitions) == 2
     assert f"{prefix}-missing" not in listed
+    # Prepared in the background (as on assignment), then waited for.
+    create_topic(src, f"{prefix}-c", 1)
+    assert wait_until(lambda: f"{prefix}-c" in source_admin.list_topics(timeout=10).topics, 30)
+    topics.prepare({(f"{prefix}-c", f"{prefix}-c"): 1})
+    assert topics.ensure_many({(f"{prefix}-c", f"{prefix}-c"): 1}) == {(f"{prefix}-c", f"{prefix}-c"): 1}
     # Known now: asked again, nothing is missing and the counts are remembered.
     again = topics.ensure_many({(f"{prefix}-a", f"{prefix}-a-copy"): 3})
     assert again == {(f"{prefix}-a", f"{prefix}-a-copy"): 3}

@@ -118,6 +118,7 @@ class FakeDestinations:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, int]] = []
         self.failures: list[Exception] = []
+        self.prepared: list[dict[tuple[str, str], int]] = []
 
     def ensure(self, source_topic: str, destination_topic: str, *, min_partitions: int = 0) -> int:
         self.calls.append((source_topic, destination_topic, min_partitions))
@@ -133,6 +134,9 @@ class FakeDestinations:
             except Exception as exc:
                 results[(source, destination)] = exc
         return results
+
+    def prepare(self, wanted: Mapping[tuple[str, str], int]) -> None:
+        self.prepared.append(dict(wanted))
 
     def forget(self, destination_topic: str) -> None:
         pass
@@ -288,6 +292,26 @@ def test_a_failing_destination_is_reported_and_tried_again(harness: Harness) -> 
     _wait_for(lambda: task in harness.realtime.states)
     assert harness.copier.stats()[task].state == "ok"
     assert len(harness.destinations.calls) == 2
+
+
+def test_assigned_partitions_have_their_destination_topics_prepared_at_once(harness: Harness) -> None:
+    harness.copier.assign([_task(0), _task(3), _task(0, topic="refunds")])
+    assert harness.destinations.prepared == [{("orders", "orders-copy"): 4, ("refunds", "refunds-copy"): 1}]
+
+
+def test_a_failed_start_is_tried_again_soon_then_less_and_less_often(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(copier_module, "START_RETRY_S", 5.0)
+    monkeypatch.setattr(copier_module, "FIRST_START_RETRY_S", 0.25)
+    entry = copier_module._Entry(state=PartitionState(_task()))
+    waits = []
+    for _ in range(7):
+        before = time.monotonic()
+        harness.copier._retry_later([entry], "source topic 'orders' does not exist")
+        waits.append(entry.next_attempt - before)
+    assert [round(w * 4) / 4 for w in waits] == [0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+    assert entry.start_error == "source topic 'orders' does not exist"
 
 
 def test_failed_partition_shows_its_reason(harness: Harness) -> None:

@@ -133,12 +133,15 @@ class Controller:
     def cycle(self) -> bool:
         """Bring the written assignment in line with the cluster; True if a hand-over is pending."""
         snapshot = self.store.snapshot()
+        self.cycles += 1
+        # Decide on what is known first: a dead worker's partitions, or a topic just added
+        # through the API, must not wait for the source listing below (a Kafka round trip).
+        pending = self._reassign(snapshot)
         if time.monotonic() >= self._next_refresh:
             self._next_refresh = time.monotonic() + self.config.controller.refresh_interval_s
             if self._refresh_topics(snapshot):
                 snapshot = self.store.snapshot()
-        self.cycles += 1
-        pending = self._reassign(snapshot)
+                pending = self._reassign(snapshot)
         self._forget_gone_workers(snapshot)
         return pending
 

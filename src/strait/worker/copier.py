@@ -124,6 +124,9 @@ class DestinationManager(Protocol):
     def ensure_many(self, wanted: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int | Exception]:
         """``ensure`` for many (source, destination) pairs at once; failures are returned, not raised."""
 
+    def prepare(self, wanted: Mapping[tuple[str, str], int]) -> None:
+        """Start ``ensure_many``'s work in the background; returns at once."""
+
     def forget(self, destination_topic: str) -> None:
         """Check the topic again next time."""
 
@@ -322,6 +325,7 @@ class Copier:
         already assigned with different settings (revoke it first).
         """
         tasks = list(tasks)
+        added: list[PartitionTask] = []
         with self._lock:
             for task in tasks:
                 if task.route != self.route:
@@ -340,6 +344,14 @@ class Copier:
                 if clash is not None:
                     raise ValueError(f"{task.topic}/{task.partition} is already assigned as {clash.state.task!r}")
                 self._entries[task] = _Entry(state=PartitionState(task))
+                added.append(task)
+        if added:
+            # Their destination topics get ready meanwhile, while other partitions still start.
+            wanted: dict[tuple[str, str], int] = {}
+            for task in added:
+                pair = (task.topic, task.destination_topic)
+                wanted[pair] = max(wanted.get(pair, 0), task.partition + 1)
+            self._destinations.prepare(wanted)
         self._wake.set()
 
     def revoke(self, tasks: Iterable[PartitionTask], timeout_s: float = 30) -> set[PartitionTask]:

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
@@ -105,9 +105,12 @@ class DestinationTopics:
         self._destination = clients.admin(destination)
         self._replication_factor = replication_factor
         self._timeout_s = timeout_s
-        self._lock = threading.Lock()  # guards _topic_locks
+        self._lock = threading.Lock()  # guards _topic_locks and _inflight
         self._topic_locks: dict[str, threading.Lock] = {}
         self._ensured: dict[str, int] = {}
+        # Topics are made ready on these threads, several at once (see prepare, ensure_many).
+        self._pool = ThreadPoolExecutor(max_workers=_PARALLEL_ENSURES, thread_name_prefix="ensure")
+        self._inflight: dict[tuple[str, str], Future[int]] = {}
 
     def ensure(self, source_topic: str, destination_topic: str, *, min_partitions: int = 0) -> int:
         """Create or grow ``destination_topic`` to match ``source_topic``; returns its partition count.
@@ -130,6 +133,15 @@ class DestinationTopics:
             self._ensured[destination_topic] = count
             return count
 
+    def prepare(self, wanted: Mapping[tuple[str, str], int]) -> None:
+        """Start making topics ready in the background, e.g. as soon as partitions are assigned;
+        :meth:`ensure_many` then waits for what is under way instead of starting it again."""
+        with self._lock:
+            for pair, partitions in wanted.items():
+                if (partitions and self._ensured.get(pair[1], 0) >= partitions) or pair in self._inflight:
+                    continue
+                self._inflight[pair] = self._pool.submit(self.ensure, pair[0], pair[1], min_partitions=partitions)
+
     def ensure_many(self, wanted: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int | Exception]:
         """:meth:`ensure` for many topics at once: their admin round trips overlap, not add up.
 
@@ -138,23 +150,24 @@ class DestinationTopics:
         stopped it: one topic that cannot be made ready does not hold the others back.
         """
         results: dict[tuple[str, str], int | Exception] = {}
-
-        def one(pair: tuple[str, str]) -> None:
+        futures: dict[tuple[str, str], Future[int]] = {}
+        with self._lock:
+            for pair, partitions in wanted.items():
+                prepared = self._inflight.pop(pair, None)
+                if partitions and self._ensured.get(pair[1], 0) >= partitions and prepared is None:
+                    results[pair] = self._ensured[pair[1]]
+                else:
+                    futures[pair] = prepared or self._pool.submit(
+                        self.ensure, pair[0], pair[1], min_partitions=partitions
+                    )
+        for pair, future in futures.items():
             try:
-                results[pair] = self.ensure(pair[0], pair[1], min_partitions=wanted[pair])
+                count = future.result()
+                if count < wanted[pair]:  # prepared for fewer partitions than now wanted
+                    count = self.ensure(pair[0], pair[1], min_partitions=wanted[pair])
+                results[pair] = count
             except (DestinationError, KafkaException) as exc:
                 results[pair] = exc
-
-        pending = [p for p in wanted if not (wanted[p] and self._ensured.get(p[1], 0) >= wanted[p])]
-        for pair in wanted:
-            if pair not in pending:
-                results[pair] = self._ensured.get(pair[1], 0)
-        if len(pending) <= 1:
-            for pair in pending:
-                one(pair)
-            return results
-        with ThreadPoolExecutor(max_workers=min(len(pending), _PARALLEL_ENSURES), thread_name_prefix="ensure") as pool:
-            list(pool.map(one, pending))
         return results
 
     def forget(self, destination_topic: str) -> None:
