@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient
 
 from strait import clients
 from strait.config import GroupSyncConfig, RouteConfig, StraitConfig
-from strait.offsetmap.failover import PartitionFailover, translate_group
+from strait.offsetmap.failover import PartitionFailover, next_records, translate_group
 from strait.offsetmap.follow import MapFollower
 
 log = logging.getLogger(__name__)
@@ -214,7 +214,10 @@ class GroupSync:
             )
             # The destination answer is keyed by destination topic: key it by source partition.
             by_source = {k: before.get((runs[k].destination_topic, k[1])) for k in present}
-            decisions.append(decide(group, translate_group(runs, present, by_source), 0))
+            # Offsets below the map (a compacted topic's first records gone before the copy): the
+            # source says whether any record lies between them and the first copy.
+            below = next_records(self.config.clusters[route.source], runs, present)
+            decisions.append(decide(group, translate_group(runs, present, by_source, below), 0))
         written = {d.group: self._write(route, destination, d) for d in decisions}
         self._record(route, groups, decisions, written)
         return decisions

@@ -86,22 +86,24 @@ def plan(config: StraitConfig, route_name: str, group: str) -> list[PartitionFai
         )
     targets = [TopicPartition(runs[k].destination_topic, k[1]) for k in present]
     before = dict(zip(present, _committed(destination, group, targets), strict=True))
-    return translate_group(runs, present, before)
+    return translate_group(runs, present, before, next_records(source, runs, present))
 
 
 def translate_group(
     runs: Mapping[tuple[str, int], PartitionMap],
     source_committed: Mapping[tuple[str, int], int],
     destination_committed: Mapping[tuple[str, int], int | None],
+    next_on_source: Mapping[tuple[str, int], int] | None = None,
 ) -> list[PartitionFailover]:
     """Pure: the translation of a group's committed source offsets (keyed by source topic and
     partition) through the merged map, next to what the group holds on the destination (keyed
-    the same way). Partitions the map does not know are left out."""
+    the same way). ``next_on_source``: for offsets below the map, the source offset of the next
+    record still there (see :func:`next_records`). Partitions the map does not know are left out."""
     result = []
     for key, offset in sorted(source_committed.items()):
         if key not in runs:
             continue
-        translation = translate(runs[key].runs, offset)
+        translation = translate(runs[key].runs, offset, (next_on_source or {}).get(key))
         result.append(
             PartitionFailover(
                 topic=key[0],
@@ -116,6 +118,41 @@ def translate_group(
             )
         )
     return result
+
+
+def next_records(
+    source: Mapping[str, Any],
+    runs: Mapping[tuple[str, int], PartitionMap],
+    committed: Mapping[tuple[str, int], int],
+) -> dict[tuple[str, int], int]:
+    """For each committed offset below its partition's map, the offset of the first record at or
+    after it that the source still holds (what a source consumer resuming there reads first;
+    read_committed, from the earliest offset if it was deleted). A compacted topic's first
+    records may be gone before the copy began: the map starts at the first record it saw, and
+    only the source can say that nothing lies between. Partitions without an answer are left out."""
+    below = {k: c for k, c in committed.items() if k in runs and runs[k].runs and c < runs[k].runs[0].source}
+    if not below:
+        return {}
+    settings = {
+        "group.id": "strait-failover-peek",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest",
+    }
+    consumer = clients.consumer(source, **settings)
+    found: dict[tuple[str, int], int] = {}
+    try:
+        for key, offset in below.items():
+            consumer.assign([TopicPartition(key[0], key[1], offset)])
+            for message in consumer.consume(1, TIMEOUT_S):
+                position = message.offset()
+                if message.error() is None and position is not None:
+                    found[key] = position
+    except KafkaException as exc:
+        log.warning("cannot read the source records after committed offsets: %s", exc)
+    finally:
+        consumer.close()
+    return found
 
 
 def apply(config: StraitConfig, route_name: str, group: str, partitions: list[PartitionFailover]) -> int:

@@ -12,7 +12,11 @@ On the destination the same group must resume at the copy of C. Rules:
 - C is past everything copied: resume after the last copy; the records from there to C were
   not replicated yet, and the result says how many (failover would re-read nothing, but those
   records are only on the source).
-- C is below every run (the map's retention passed it): no exact answer.
+- C is below every run: exact only when the source holds no record from C up to the first
+  copied one (compaction removed them before the copy began, or retention deleted them): the
+  caller looks that up on the source and passes the offset of the first record at or after C
+  as ``next_record``; the group resumes at the copy of the first copied record. Otherwise
+  (records the copy never saw, or the map's retention passed them): no exact answer.
 """
 
 from __future__ import annotations
@@ -45,16 +49,26 @@ def merge(runs: Iterable[Run]) -> list[Run]:
     return sorted(best.values())
 
 
-def translate(runs: list[Run], committed: int) -> Translation:
+def translate(runs: list[Run], committed: int, next_record: int | None = None) -> Translation:
     """The destination offset for a source committed offset, given the merged runs of one
-    partition (see :func:`merge`)."""
+    partition (see :func:`merge`). ``next_record``: the source offset of the first record at or
+    after ``committed`` still on the source (None: not looked up); used only below every run."""
     if not runs:
         return Translation(None, False, 0, "nothing of this partition was copied yet")
     containing = [r for r in runs if r.source <= committed < r.source_end]
     if containing:
         return Translation(_resume_at(runs, containing, committed), True, 0, "copy of the committed offset")
     if committed < runs[0].source:
-        return Translation(None, False, 0, f"offset {committed} is older than the map (first {runs[0].source})")
+        first = runs[0].source
+        if next_record is not None and next_record >= first:
+            copies = [r for r in runs if r.source == first]
+            return Translation(
+                _resume_at(runs, copies, first),
+                True,
+                0,
+                f"source gap: no record from {committed} to the first copied one, {first}",
+            )
+        return Translation(None, False, 0, f"offset {committed} is older than the map (first {first})")
     # After every run, or in a gap between runs: the first copy of a later record.
     index = bisect.bisect_right([r.source for r in runs], committed)
     later = runs[index:]
