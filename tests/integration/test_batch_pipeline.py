@@ -228,3 +228,32 @@ def test_kill_9_of_a_batch_worker_loses_nothing(
             time.sleep(1)
         faults.caught_up(dst, topic, generator.produced(topic), TIMEOUT_S)
     faults.check("batch_kill9", dst, topic, generator.produced(topic), record_property)
+
+
+def test_batch_copy_between_secured_clusters(secure_sandbox: Sandbox) -> None:
+    """SASL/SCRAM over TLS to mutual TLS, as the least-privileged user: batch mode, bit for bit."""
+    src, dst = secure_sandbox.clusters["src"], secure_sandbox.clusters["dst"]
+    topic = f"bp-secure-{uid()}"
+    create_topic(src.admin_props(), topic, 1)
+    produce_mixed(src.admin_props(), topic, 500, "gzip", seed=11)
+    group = f"strait-{ROUTE}"  # the least-privileged user may use the route's own group only
+    copier = Copier(
+        route=ROUTE,
+        source=src.props(),
+        destination=dst.props(),
+        group_id=group,
+        worker_id=f"w-{uid()}",
+        replication_factor=1,
+        commit_interval_s=0.2,
+        copy="batch",
+    )
+    copier.start()
+    try:
+        task = PartitionTask(ROUTE, topic, 0, topic)
+        copier.assign([task])
+        wait_for(lambda: copied_through(copier, task, 500), "secured batch copy")
+        s = stats_of(copier, task)
+        assert s is not None and s.mode == "batch", s
+    finally:
+        copier.stop(drain=False, timeout_s=5)
+    assert payload(read_all(dst.admin_props(), topic)) == payload(read_all(src.admin_props(), topic))
