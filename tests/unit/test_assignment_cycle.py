@@ -162,6 +162,36 @@ def test_a_dead_workers_partitions_move_in_one_cycle() -> None:
     assert set(store.owners().values()) == {"w1"}
 
 
+class ListingAfterOwners(NoMetadata):
+    """Notes the written owners each time the source's topics are listed."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        super().__init__({"t": 4})
+        self.store = store
+        self.owners_seen: list[dict[str, str | None]] = []
+
+    def topics(self, cluster: str) -> dict[str, int]:
+        self.owners_seen.append(dict(self.store.owners()))
+        return super().topics(cluster)
+
+
+def test_a_dead_workers_partitions_move_before_the_source_is_listed() -> None:
+    # The listing is a Kafka round trip: failover must not wait for it.
+    store = MemoryStore()
+    metadata = ListingAfterOwners(store)
+    controller = _controller(store, metadata)
+    store.join("w1")
+    store.join("w2")
+    _add(store, "t", 4)
+    controller.cycle()
+    store.hold_what_is_assigned()
+    del store.workers["w2"]  # its session ended
+    metadata.owners_seen.clear()
+    controller.refresh_soon()
+    controller.cycle()
+    assert [set(owners.values()) for owners in metadata.owners_seen] == [{"w1"}]
+
+
 def test_a_draining_worker_hands_everything_over() -> None:
     store = MemoryStore()
     controller = _controller(store)
