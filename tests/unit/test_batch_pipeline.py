@@ -5,6 +5,7 @@ to record mode, releases."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 from kafka.future import Future
 
+from strait.offsetmap.runs import RunRecorder
 from strait.worker.batch import pipeline as batch_pipeline
 from strait.worker.batch.compat import DestinationTopic
 from strait.worker.batch.link import Key
@@ -365,3 +367,21 @@ def test_unreachable_clusters_send_partitions_to_record_mode(monkeypatch: pytest
         assert done.wait(30) and state.checkpoint == 5
     finally:
         pipeline.stop(1.0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_batch_noted_at_once_makes_the_same_runs_as_its_records_one_by_one(seed: int) -> None:
+    rng = random.Random(seed)
+    one_by_one, at_once = RunRecorder(), RunRecorder()
+    source, destination = 0, 0
+    for _ in range(30):
+        count = rng.randint(1, 20)
+        source += rng.choice([0, 0, 3])  # a gap on the source now and then
+        destination += rng.choice([0, 0, 0, 5])  # a resend or another writer on the destination
+        for i in range(count):
+            one_by_one.note(source + i, destination + i)
+        at_once.note_many(source, destination, count)
+        source, destination = source + count, destination + count
+        if rng.random() < 0.2:
+            assert at_once.take() == one_by_one.take()
+    assert at_once.take() == one_by_one.take()
