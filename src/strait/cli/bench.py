@@ -569,6 +569,49 @@ def assignment(
 
 
 @app.command()
+def zookeeper(
+    partitions: int = typer.Option(100_000, help="Partitions to assign."),
+    workers: int = typer.Option(5, help="Simulated workers (each its own ZooKeeper session)."),
+    topics: int = typer.Option(100, help="Topics the partitions are spread over."),
+    connect: str | None = typer.Option(None, "--zookeeper", help="HOST:PORT of a ZooKeeper (default: a sandbox)."),
+    results_dir: Path = _RESULTS,
+) -> None:
+    """A real controller publishing 100,000 partitions on a real ZooKeeper: node sizes, time to
+    publish, time for a worker to read its part (the split layout; not part of CI)."""
+    import json
+
+    from strait.bench import zk_scale
+
+    sandbox = None
+    if connect is None:
+        from strait.sandbox import Sandbox, SandboxSpec
+
+        state = Path(tempfile.mkdtemp(prefix="strait-bench-zk-"))
+        sandbox = Sandbox.up(SandboxSpec(clusters=("src",), brokers=1, log_dirs=1, state_dir=state))
+        connect = sandbox.zookeeper
+    try:
+        result = zk_scale.run(connect, partitions=partitions, workers=workers, topics=topics, log=typer.echo)
+    finally:
+        if sandbox is not None:
+            sandbox.down()
+    sizes = result["znodes_after_first"]
+    typer.echo(
+        f"{result['partitions']} partitions on {workers} workers: largest node {result['max_znode_bytes']} bytes "
+        f"({sizes['max_node']}; one map, as before, would be {result['layout1_assignment_bytes']} bytes), "
+        f"publish {result['first_publish_s']} s (after a death {result['death_publish_s']} s), worker read median "
+        f"{result['worker_read_s']['median']} s, max {result['worker_read_s']['max']} s; load average "
+        f"{result['load_average_before']} on {result['cpus']} CPUs"
+    )
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / "zookeeper_scale.json"
+    result["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    typer.echo(f"wrote {path}")
+    if not result["under_limit"]:
+        raise typer.Exit(1)
+
+
+@app.command()
 def report(results_dir: Path = _RESULTS, markdown: Path = _MARKDOWN) -> None:
     """Regenerate the Markdown report (and plots) from the result files."""
     from strait.bench import report as reporting
