@@ -56,6 +56,11 @@ def render_config(
     }
 
 
+# The processes' log level: WARNING keeps the logs of long runs small; STRAIT_BENCH_LOG_LEVEL=INFO
+# shows when each partition started, to find where a figure's time went.
+_LOG_LEVEL = os.environ.get("STRAIT_BENCH_LOG_LEVEL", "WARNING")
+
+
 class StraitReplicator:
     """A Strait controller and workers copying ``src`` to ``dst`` of a sandbox."""
 
@@ -117,7 +122,7 @@ class StraitReplicator:
     def _spawn(self, name: str, args: list[str]) -> None:
         with open(self._workdir / f"{name}.log", "ab") as log:
             self._procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "strait", *args, "--config", str(self._config_path), "--log-level", "WARNING"],
+                [sys.executable, "-m", "strait", *args, "--config", str(self._config_path), "--log-level", _LOG_LEVEL],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

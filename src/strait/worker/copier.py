@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -152,8 +153,13 @@ class SourceCheckpoints:
         tps = [TopicPartition(t.topic, t.partition) for t in tasks]
         # list_offsets finds leaders in the client's cached metadata, which does not know the
         # partitions a source topic just grew; refresh it for the topics being started.
-        for topic in {t.topic for t in tasks}:
-            self._admin.list_topics(topic, timeout=ADMIN_TIMEOUT_S)
+        topics = sorted({t.topic for t in tasks})
+        if len(topics) == 1:
+            self._admin.list_topics(topics[0], timeout=ADMIN_TIMEOUT_S)
+        elif topics:
+            # A round trip per topic, all at once: ten topics added together start together.
+            with ThreadPoolExecutor(max_workers=min(len(topics), 8), thread_name_prefix="metadata") as pool:
+                list(pool.map(lambda topic: self._admin.list_topics(topic, timeout=ADMIN_TIMEOUT_S), topics))
         committed = self._committer.committed(tps, timeout=ADMIN_TIMEOUT_S)
         earliest = list_offsets(self._admin, tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         latest = list_offsets(self._admin, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
