@@ -173,3 +173,22 @@ def test_a_new_destination_topic_is_created_without_the_routes_excluded_keys() -
     follow = TopicConfigFollow(exclude=["max.message.bytes"])
     assert configs_to_copy(entries, follow.excluded) == {"retention.ms": "1000", "min.insync.replicas": "2"}
     assert configs_to_copy(entries, DEFAULT.excluded) == {"retention.ms": "1000", "max.message.bytes": "500000"}
+
+
+def test_only_the_leader_follows() -> None:
+    source = _Admin({"t": {"retention.ms": "5000"}})
+    destination = _Admin({"t": {}})
+    follower = _follower(source, destination, [TopicSpec("r", "t", "t")])
+    calls: list[bool] = []
+
+    def leading() -> bool:
+        calls.append(len(calls) >= 2)  # a standby twice, then the leader
+        if len(calls) == 3:
+            follower.stop()  # after this round
+        return calls[-1]
+
+    follower._leading = leading
+    follower.interval_s = 0.01
+    follower.run()
+    assert destination.altered == [[("retention.ms", "5000", AlterConfigOpType.SET)]]
+    assert follower.view()["r"]["rounds"] == 1
