@@ -6,15 +6,23 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 from kazoo.client import KazooClient
 
+from strait.config import parse_config
 from strait.coordination import LeaderInfo, PartitionKey, WorkerRecord, WorkerState, connect
 from strait.coordination import split as split_module
+from strait.coordination import stats as stats_module
+from strait.coordination.model import TopicSpec
 from strait.coordination.store import CoordinationStore
+from strait.demo import wait_until
+from strait.metrics.exposition import serve_metrics
+from strait.metrics.worker import WorkerMetrics
 from strait.sandbox import Sandbox
+from strait.worker.agent import WorkerAgent
+from strait.worker.task import PartitionTask
 
 pytestmark = pytest.mark.integration
 
@@ -189,3 +197,91 @@ def test_a_worker_watch_fires_for_its_own_node(stores: list[CoordinationStore]) 
     assert leader.attempt_to_acquire_leadership(LeaderInfo("c", "http://c"))
     assert leader.write_assignment({PartitionKey("main", "t", 0): "w1"}, leader.read_assignment().version)
     assert woken.wait(10)
+
+
+def test_forgetting_a_worker_deletes_its_empty_node_only_while_leading(
+    stores: list[CoordinationStore], raw: KazooClient, root: str
+) -> None:
+    leader, other = stores
+    assert leader.attempt_to_acquire_leadership(LeaderInfo("c", "http://c"))
+    assert leader.write_assignment({PartitionKey("main", "t", 0): "gone"}, leader.read_assignment().version)
+    leader.forget_worker("gone")  # still has a partition: kept
+    assert raw.exists(f"{root}/assignment/workers/gone")
+    assert leader.write_assignment({PartitionKey("main", "t", 0): "w1"}, leader.read_assignment().version)
+    other.forget_worker("gone")  # not the leader: nothing
+    assert raw.exists(f"{root}/assignment/workers/gone")
+    leader.forget_worker("gone")
+    assert not raw.exists(f"{root}/assignment/workers/gone")
+    assert leader.read_assignment().owners == {PartitionKey("main", "t", 0): "w1"}
+
+
+class _Copier:
+    """Stands in for the data path: copies nothing, reports stats for what it holds."""
+
+    def __init__(self) -> None:
+        self.tasks: set[PartitionTask] = set()
+
+    def start(self) -> None: ...
+
+    def assign(self, tasks: Iterable[PartitionTask]) -> None:
+        self.tasks |= set(tasks)
+
+    def revoke(self, tasks: Iterable[PartitionTask], timeout_s: float = 30) -> set[PartitionTask]:
+        self.tasks -= set(tasks)
+        return set()
+
+    def abandon(self) -> None:
+        self.tasks.clear()
+
+    def fenced(self) -> set[PartitionTask]:
+        return set()
+
+    def assigned(self) -> set[PartitionTask]:
+        return set(self.tasks)
+
+    def stats(self) -> dict[PartitionTask, dict[str, int]]:
+        return {task: {"records": 3, "bytes": 30, "lag": 0} for task in self.tasks}
+
+    def stop(self, drain: bool = True, timeout_s: float = 30) -> None:
+        self.tasks.clear()
+
+
+def test_a_large_worker_keeps_its_stats_out_of_zookeeper_and_the_controller_still_sees_them(
+    sandbox: Sandbox, raw: KazooClient, root: str
+) -> None:
+    count = stats_module.INLINE_PARTITIONS + 500
+    config = parse_config(
+        {
+            "zookeeper": {"connect": sandbox.zookeeper, "root": root, "session_timeout_s": 5},
+            "clusters": {"src": {}, "dst": {}},
+            "routes": [{"name": "main", "source": "src", "destination": "dst"}],
+            "worker": {"stats_interval_s": 0.5, "drain_timeout_s": 10},
+        },
+        environ={},
+    )
+    leader = connect(connect=sandbox.zookeeper, root=root)
+    worker_store = connect(connect=sandbox.zookeeper, root=root, session_timeout_s=5)
+    metrics = WorkerMetrics("w1")
+    agent = WorkerAgent(
+        config=config, worker_id="w1", store=worker_store, make_copier=lambda _route: _Copier(), metrics=metrics
+    )
+    metrics.url = serve_metrics(metrics.registry, "127.0.0.1:0", stats=lambda: agent.last_report)
+    keys = {PartitionKey("main", "t", p) for p in range(count)}
+    thread = threading.Thread(target=agent.run, daemon=True)
+    try:
+        assert leader.attempt_to_acquire_leadership(LeaderInfo("c", "http://c"))
+        leader.create_topic(TopicSpec("main", "t", "t", partitions=count, initial_partitions=count))
+        assert leader.write_assignment(dict.fromkeys(keys, "w1"), leader.read_assignment().version)
+        thread.start()
+        assert wait_until(lambda: leader.snapshot().workers["w1"].holding == keys, 60)
+        assert wait_until(lambda: raw.exists(f"{root}/workers/stats/w1") is not None, 30)
+        assert wait_until(lambda: len(dict(leader.snapshot().stats["w1"].get("partitions") or {})) == count, 60)
+        summary = json.loads(raw.get(f"{root}/workers/stats/w1")[0])
+        assert "partitions" not in summary and summary["partition_count"] == count
+        assert summary["stats_url"].endswith("/stats") and len(json.dumps(summary)) < 2_000
+        assert len(raw.get(f"{root}/workers/live/w1")[0]) < 200  # holding as one range
+    finally:
+        agent.request_drain()
+        assert leader.write_assignment({}, leader.read_assignment().version)
+        thread.join(timeout=30)
+        leader.close()

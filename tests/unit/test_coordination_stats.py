@@ -68,3 +68,27 @@ def test_the_gatherer_fetches_the_whole_report_and_merges_it_without_blocking(
         gatherer.close()
     with pytest.raises(urllib.error.HTTPError):
         urllib.request.urlopen(url.replace("/metrics", "/stats"), timeout=10)  # the token guards /stats too
+
+
+def test_rest_workers_show_a_summary_s_totals_until_the_whole_report_arrives() -> None:
+    from strait.config import parse_config
+    from strait.controller.service import ControllerService
+    from strait.coordination.model import Assignment, ClusterSnapshot, WorkerRecord, WorkerState
+    from tests.unit.test_metrics import SnapshotStore
+
+    config = parse_config(
+        {"clusters": {"src": {}, "dst": {}}, "routes": [{"name": "r", "source": "src", "destination": "dst"}]},
+        environ={},
+    )
+    summary = stats.for_zookeeper(_report(2_000), 2.0)
+    snapshot = ClusterSnapshot(
+        topics={},
+        removed=frozenset(),
+        workers={"w1": WorkerRecord("w1", WorkerState.ACTIVE)},
+        stats={"w1": summary},
+        assignment=Assignment(),
+        leader=None,
+    )
+    service = ControllerService(config=config, store=SnapshotStore(snapshot), metadata=None)  # type: ignore[arg-type]
+    (row,) = service.workers()
+    assert (row["records_copied"], row["lag"]) == (4_000, 2_000)

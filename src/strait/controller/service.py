@@ -164,8 +164,14 @@ class ControllerService:
                     "routes": sorted({k.route for k in assigned} | {k.route for k in worker.holding}),
                     "partitions": [str(k) for k in assigned],
                     "holding": sorted(str(k) for k in worker.holding),
-                    "records_copied": sum(int(p.get("records", 0)) for p in report.get("partitions", {}).values()),
-                    "lag": sum(int(p.get("lag") or 0) for p in report.get("partitions", {}).values()),
+                    # A large worker's per-partition stats arrive over HTTP (strait.coordination.stats);
+                    # until they do, the totals of its summary in ZooKeeper.
+                    "records_copied": sum(int(p.get("records", 0)) for p in report.get("partitions", {}).values())
+                    if "partitions" in report
+                    else int(report.get("records") or 0),
+                    "lag": sum(int(p.get("lag") or 0) for p in report.get("partitions", {}).values())
+                    if "partitions" in report
+                    else int(report.get("lag") or 0),
                 }
             )
         return rows
