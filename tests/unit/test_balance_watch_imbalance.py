@@ -83,6 +83,19 @@ def test_replicas_that_cannot_leave_a_gone_broker_keep_the_plan_valid(seed: int)
     assert left and any("gone broker" in w or "off broker 3" in w for w in plan.warnings)
 
 
+def test_an_offline_partition_is_not_moved() -> None:
+    brokers = [Broker(1, "a"), Broker(2, "b")]
+    dirs = [LogDir(b, "/d0", 1000, 10) for b in (1, 2)]
+    # t-0 had its only replica on broker 3, which is gone; t-1 keeps a live replica on broker 1.
+    parts = [Partition("t", 0, (3,), ("",), 5), Partition("t", 1, (1, 3), ("/d0", ""), 5)]
+    model = ClusterModel.build(brokers, dirs, parts)
+    found = imbalance.assess(model, Goals(threshold=1.0))
+    plan = imbalance.propose(model, Goals(threshold=1.0), found)
+    validate(plan, model)
+    assert [m.key for m in plan.moves] == [("t", 1)]
+    assert any("offline" in w and "t-0" in w for w in plan.warnings)
+
+
 def test_a_full_disk_is_named() -> None:
     brokers = [Broker(1, "a"), Broker(2, "b")]
     dirs = [LogDir(1, "/d0", 100, 95), LogDir(1, "/d1", 100, 5), LogDir(2, "/d0", 100, 50)]

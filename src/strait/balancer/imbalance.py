@@ -126,12 +126,17 @@ def propose(model: ClusterModel, goals: Goals, assessment: Assessment) -> Plan:
     else:
         plan = operations.rebalance(model, goals)
     # The executor refuses a target broker the cluster does not list: a replica that could not be
-    # moved off a gone broker keeps its partition out of the plan (the planner warned why).
+    # moved off a gone broker keeps its partition out of the plan (the planner warned why). A
+    # partition with no replica left on a live broker is offline: there is nothing to copy from.
     kept = [m for m in plan.moves if isinstance(m, InterBrokerMove) and set(m.target) & set(gone)]
-    moves = tuple(m for m in plan.moves if m not in kept)
+    offline = [m for m in plan.moves if isinstance(m, InterBrokerMove) and set(m.source) <= set(gone)]
+    moves = tuple(m for m in plan.moves if m not in kept and m not in offline)
     warnings = plan.warnings
     if kept:
         warnings += (f"{len(kept)} partition(s) left as they are: they keep a replica on gone broker(s) {list(gone)}",)
+    if offline:
+        names = ", ".join(f"{m.topic}-{m.partition}" for m in offline[:10])
+        warnings += (f"{len(offline)} partition(s) offline, every replica on a gone broker, not moved: {names}",)
     capacities = {k: v for k, v in plan.capacities.items() if int(k.split(":", 1)[0]) not in gone}
     stats = {**plan.stats, "moves": len(moves), "proposed_by": "watch", "reasons": sorted(assessment.reasons)}
     return replace(plan, moves=moves, warnings=warnings, stats=stats, capacities=capacities)
