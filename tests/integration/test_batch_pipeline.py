@@ -15,6 +15,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from strait.demo import create_topic, wait_until
 from strait.sandbox import Sandbox
+from strait.worker.batch.records import split_batches
+from strait.worker.batch.wire import BrokerLink
 from strait.worker.copier import Copier, PartitionStats
 from strait.worker.task import PartitionTask
 from tests.integration import faults
@@ -257,3 +259,28 @@ def test_batch_copy_between_secured_clusters(secure_sandbox: Sandbox) -> None:
     finally:
         copier.stop(drain=False, timeout_s=5)
     assert payload(read_all(dst.admin_props(), topic)) == payload(read_all(src.admin_props(), topic))
+
+
+def test_checkpoint_inside_a_batch_resumes_in_batch_mode(sandbox: Sandbox, make_copier: Callable[..., Copier]) -> None:
+    """A checkpoint record mode left inside a batch (a route switched to batch): the rest of that
+    batch is encoded again once, and every record from the checkpoint on arrives as it was."""
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    topic = f"bp-mid-{uid()}"
+    create_topic(src, topic, 1)
+    produce_mixed(src, topic, 600, "gzip", seed=5)
+    source_rows = read_all(src, topic)
+    with BrokerLink(src) as link:
+        fetched = link.fetch(link.leader(topic, 0), topic, 0, 0, max_bytes=16 * 1024 * 1024)
+    batches = [b for b in split_batches(fetched.records).batches if b.record_count >= 2]
+    checkpoint = batches[len(batches) // 2].base_offset + 1  # inside a batch, by construction
+    group = f"g-{uid()}"
+    committer = Consumer({**src, "group.id": group, "enable.auto.commit": False})
+    committer.commit(offsets=[TopicPartition(topic, 0, checkpoint)], asynchronous=False)
+    committer.close()
+    copier = make_copier(group)
+    task = PartitionTask(ROUTE, topic, 0, topic)
+    copier.assign([task])
+    wait_for(lambda: copied_through(copier, task, len(source_rows)), "copy from a checkpoint inside a batch")
+    s = stats_of(copier, task)
+    assert s is not None and s.mode == "batch", s
+    assert payload(read_all(dst, topic)) == payload(source_rows[checkpoint:])

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 from kafka.future import Future
+from kafka.record.default_records import DefaultRecordBatch
 
 from strait.offsetmap.runs import RunRecorder
+from strait.worker.batch import partition as batch_partition
 from strait.worker.batch import pipeline as batch_pipeline
 from strait.worker.batch.compat import DestinationTopic
 from strait.worker.batch.link import Key
@@ -226,12 +228,39 @@ def test_batches_copied_and_checkpoint_per_acknowledged_batch() -> None:
     assert dst.requests < 12 + 3
 
 
-def test_start_offset_inside_a_batch_hands_the_partition_to_record_mode() -> None:
+def records_of(raws: list[bytes], from_offset: int = 0) -> list[tuple[Any, ...]]:
+    """(offset, timestamp, key, value, headers) of every record, as a consumer reads them."""
+    out = []
+    for raw in raws:
+        batch = DefaultRecordBatch(bytes(raw))
+        base = split_batches(raw).batches[0].base_offset
+        out += [(base + r.offset - batch.base_offset, r.timestamp, r.key, r.value, r.headers) for r in batch]
+    return [r for r in out if r[0] >= from_offset]
+
+
+def test_start_inside_a_batch_copies_its_tail_then_whole_batches() -> None:
+    logs = {("t", 0): source_log(3)}  # batches hold 0-3, 4-7, 8-11
+    pipeline, _, dst = setup(logs)
+    state = start(pipeline, "t", 0, offset=6)
+    run(pipeline, lambda: state.checkpoint == 12)
+    assert state.mode == "batch" and state.records == 6
+    copied = dst.logs[("t", 0)]
+    assert [b.record_count for raw in copied for b in split_batches(raw).batches] == [2, 4]
+    # The same records from offset 6 on (the copy's offsets start at 0 on the destination).
+    assert [r[1:] for r in records_of(copied)] == [r[1:] for r in records_of(logs[("t", 0)], 6)]
+    assert copied[1] != logs[("t", 0)][2] and dst.payloads(("t", 0))[1] == payloads(logs[("t", 0)])[2]
+
+
+def test_a_tail_that_cannot_be_encoded_again_means_record_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_codec(*_: Any) -> None:
+        raise ValueError("cannot re-encode (Libraries for lz4 compression codec not found)")
+
+    monkeypatch.setattr(batch_partition, "tail_batch", no_codec)
     pipeline, _, dst = setup({("t", 0): source_log(3)})
-    state = start(pipeline, "t", 0, offset=6)  # batches hold 0-3, 4-7, 8-11
+    state = start(pipeline, "t", 0, offset=6)
     run(pipeline, lambda: state.mode == "record")
-    assert state.mode_reason.startswith("fetch_offset_inside_batch") and not state.fetching
-    assert dst.logs == {} and state.checkpoint == 6
+    assert state.mode_reason.startswith("fetch_offset_inside_batch") and "lz4" in state.mode_reason
+    assert dst.logs == {} and state.checkpoint == 6 and not state.fetching
     done = pipeline.release(state)
     pipeline._step()
     assert done.is_set()

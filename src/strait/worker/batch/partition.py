@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from strait.worker.batch.compat import DestinationTopic, Mode, ModeDecision, Reason, decide_mode
 from strait.worker.batch.outcomes import Outcome, produce_outcome
-from strait.worker.batch.records import RecordBatch, rewrite, split_batches
+from strait.worker.batch.records import RecordBatch, rewrite, split_batches, tail_batch
 from strait.worker.batch.select import Action, select_batches
 from strait.worker.batch.sequences import MAX_IN_FLIGHT, ProducerIdentity, increment_sequence
 from strait.worker.batch.wire import FetchedPartition, Produced
@@ -125,15 +125,21 @@ class BatchPartition:
             action = chosen.action
             if action is Action.BELOW_FETCH_OFFSET:
                 continue
+            batch = chosen.batch
             if action is Action.PARTIAL:
-                return ModeDecision(
-                    Mode.RECORD,
-                    Reason.MID_BATCH,
-                    f"copy starts at {self.fetch_offset}, inside the batch at {chosen.batch.base_offset}",
-                    self.fetch_offset,
-                )
-            self.queue.append(Queued(chosen.batch, action is Action.PRODUCE, now))
-            self.queued_bytes += chosen.batch.size
+                # The copy starts inside this batch (a checkpoint record mode left there): its
+                # tail is encoded again, once; the batches after it pass unchanged.
+                try:
+                    batch, action = tail_batch(batch, self.fetch_offset), Action.PRODUCE
+                except ValueError as exc:
+                    return ModeDecision(
+                        Mode.RECORD,
+                        Reason.MID_BATCH,
+                        f"copy starts at {self.fetch_offset}, inside the batch at {batch.base_offset}: {exc}",
+                        self.fetch_offset,
+                    )
+            self.queue.append(Queued(batch, action is Action.PRODUCE, now))
+            self.queued_bytes += batch.size
         if not selection.decisions and split.truncated:
             # One batch larger than the fetch size: ask for more next time.
             self.fetch_bytes = min(MAX_PARTITION_FETCH_BYTES, self.fetch_bytes * 2)

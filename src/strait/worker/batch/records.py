@@ -258,6 +258,32 @@ def rewrite(
     return out
 
 
+def tail_batch(batch: RecordBatch, from_offset: int) -> RecordBatch:
+    """A batch of ``batch``'s records from ``from_offset`` on, placed at that offset: for a copy
+    that starts inside a batch (a checkpoint record mode left there), once.
+
+    The only place batch mode decodes records: they are decompressed and encoded again with the
+    same codec, keys, values, headers and timestamps (the compressed bytes differ, the records do
+    not). Raises ``ValueError`` when the batch cannot be re-encoded (its codec's library missing).
+    """
+    from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+    if batch.timestamp_type is not TimestampType.CREATE_TIME or batch.has_inner_gaps:
+        raise ValueError(f"batch at {batch.base_offset}: only whole CreateTime batches are cut")
+    try:
+        records = [r for r in DefaultRecordBatch(bytes(batch.data)) if r.offset >= from_offset]
+        builder = DefaultRecordBatchBuilder(2, int(batch.codec), False, -1, -1, -1, 2**31 - 1)
+        for record in records:
+            builder.append(record.offset - from_offset, record.timestamp, record.key, record.value, record.headers)
+        out = bytearray(builder.build())
+    except Exception as exc:  # kafka-python raises its own errors for a missing codec library
+        raise ValueError(f"batch at {batch.base_offset}: cannot re-encode ({exc})") from exc
+    if not records:
+        raise ValueError(f"batch at {batch.base_offset} holds nothing from {from_offset} on")
+    struct.pack_into(">q", out, 0, from_offset)
+    return parse_batch(memoryview(out))
+
+
 def header_bytes(
     *,
     base_offset: int,
