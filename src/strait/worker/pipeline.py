@@ -3,7 +3,8 @@ the settings, and which Kafka errors are worth a retry.
 
 :class:`Pipeline` is the small protocol the copier uses; :class:`strait.worker.fetch.RecordPipeline`
 (at-least-once) and :class:`strait.worker.transactional.TransactionalPipeline` (exactly-once)
-implement it over the same fetch loop.
+implement it over the same fetch loop, :class:`strait.worker.batch.pipeline.BatchPipeline`
+(``copy: batch``) over raw record batches.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
-"""Building blocks of the pass-through (batch) copier, issue 12: pure record batch v2
-parsing and rewriting (``records``), which fetched batches are produced (``select``), batch
-or record mode per partition (``compat``), idempotent sequences (``sequences``), and a
-prototype of the raw Fetch/Produce I/O on kafka-python's protocol classes (``wire``).
+"""The pass-through (batch) copier, route option ``copy: batch`` (issue 12).
 
-Nothing here is wired into the copier yet.
+:class:`~strait.worker.batch.pipeline.BatchPipeline` is the copier's third kind of pipeline:
+it moves whole record batches over :mod:`link` (raw Fetch/Produce on kafka-python's protocol
+classes), with the per-partition accounting in :mod:`partition`. The pure rules it strings
+together: record batch v2 parsing and rewriting (``records``), which fetched batches are
+produced (``select``), batch or record mode per partition (``compat``), idempotent sequences
+(``sequences``), what to do with a produce answer (``outcomes``). ``wire`` is the earlier
+single-partition prototype, kept for its tests and ``bench`` (the CPU figures of the data path).
 """
