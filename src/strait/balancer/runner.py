@@ -13,6 +13,7 @@ import os
 
 from strait import logformat
 from strait.balancer import executor
+from strait.balancer.errors import ClusterError
 from strait.balancer.gateway import KafkaGateway
 from strait.balancer.state import StateStore
 from strait.secrets import install_log_redaction
@@ -26,7 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     install_log_redaction()  # the cluster's password or key never reaches the run's log file
     logging.getLogger("kafka").setLevel(logging.WARNING)
     props = json.loads(os.environ["STRAIT_BALANCE_PROPS"])
-    gateway = KafkaGateway(props)
+    try:
+        gateway = KafkaGateway(props)
+    except ClusterError as exc:
+        # Said once through logging (so in the chosen format, in the run's log file), not as a traceback.
+        logging.error("execution %s cannot start: %s", args.execution, exc)
+        return 2
     try:
         final = executor.resume(gateway, StateStore(props), args.execution).run()
     finally:
