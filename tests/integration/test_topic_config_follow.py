@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -115,3 +116,10 @@ def test_source_setting_changes_reach_the_destination_but_excluded_keys_do_not(
     _alter(dst, copy, {"retention.ms": "1000", "max.message.bytes": "300000"})
     assert wait_until(lambda: (_overrides(dst, copy) or {}).get("retention.ms") == "7200000", 120, interval_s=0.2)
     assert (_overrides(dst, copy) or {}).get("max.message.bytes") == "300000"
+    # The leader's /metrics count the changes (the two follows above; creation is the worker's).
+    with urllib.request.urlopen(f"http://127.0.0.1:{fleet.ports['c1']}/metrics", timeout=30) as response:
+        metrics = response.read().decode()
+    changes = [
+        line for line in metrics.splitlines() if line.startswith('strait_topic_config_changes_total{route="main"}')
+    ]
+    assert changes and float(changes[0].split()[-1]) >= 2, changes

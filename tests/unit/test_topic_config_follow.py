@@ -192,3 +192,21 @@ def test_only_the_leader_follows() -> None:
     follower.run()
     assert destination.altered == [[("retention.ms", "5000", AlterConfigOpType.SET)]]
     assert follower.view()["r"]["rounds"] == 1
+
+
+def test_the_metrics_say_what_was_changed_and_what_is_refused() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from strait.metrics.controller import _TopicConfigCollector
+
+    source = _Admin({"t": {"retention.ms": "5000"}, "u": {"confluent.placement": "x"}})
+    destination = _Admin({"t": {}, "u": {}}, refuse=frozenset({"confluent.placement"}))
+    follower = _follower(source, destination, [TopicSpec("r", "t", "t"), TopicSpec("r", "u", "u")])
+    follower.round()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_TopicConfigCollector(follower.view))
+    text = generate_latest(registry).decode()
+    assert 'strait_topic_config_changes_total{route="r"} 1.0' in text
+    assert 'strait_topic_config_errors_total{route="r"} 1.0' in text
+    assert 'strait_topic_config_failing_topics{route="r"} 1.0' in text
+    assert 'strait_topic_config_rounds_total{route="r"} 1.0' in text

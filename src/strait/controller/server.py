@@ -114,6 +114,7 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
         observatory,
         metrics_token=config.observability.metrics_token,
         group_sync=group_sync.view if group_sync is not None else None,
+        topic_config=follower.view if follower is not None else None,
         balance_watch=watcher.view if watcher is not None else None,
     )
     log.info("controller %s: API on %s", identity.id, identity.api_url)

@@ -20,16 +20,53 @@ def controller_registry(
     observatory: Observatory,
     group_sync: Callable[[], dict[str, Any]] | None = None,
     balance_watch: Callable[[], dict[str, Any]] | None = None,
+    topic_config: Callable[[], dict[str, Any]] | None = None,
 ) -> CollectorRegistry:
     """``group_sync``: the consumer-group sync's view (strait.controller.groupsync.GroupSync.view);
-    ``balance_watch``: the balance watch mode's (strait.balancer.watcher.BalanceWatcher.view)."""
+    ``balance_watch``: the balance watch mode's (strait.balancer.watcher.BalanceWatcher.view);
+    ``topic_config``: topic settings following's (strait.controller.topicconfig.TopicConfigFollower.view)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_ControllerCollector(observatory))
     if group_sync is not None:
         registry.register(_GroupSyncCollector(group_sync))
+    if topic_config is not None:
+        registry.register(_TopicConfigCollector(topic_config))
     if balance_watch is not None:
         registry.register(WatchCollector(balance_watch))
     return registry
+
+
+class _TopicConfigCollector(Collector):
+    """Destination topic settings following the source's, as the leader's thread sees it."""
+
+    def __init__(self, view: Callable[[], dict[str, Any]]) -> None:
+        self._view = view
+
+    def collect(self) -> Iterator[Any]:
+        rounds = CounterMetricFamily(
+            "strait_topic_config_rounds", "Complete comparisons of the route's topic settings.", labels=["route"]
+        )
+        changes = CounterMetricFamily(
+            "strait_topic_config_changes",
+            "Destination topics whose settings were changed to follow the source.",
+            labels=["route"],
+        )
+        errors = CounterMetricFamily(
+            "strait_topic_config_errors",
+            "Failed comparisons or changes (cluster unreachable, a setting refused by the destination).",
+            labels=["route"],
+        )
+        failing = GaugeMetricFamily(
+            "strait_topic_config_failing_topics",
+            "Destination topics whose last change was refused (their settings differ from the source's).",
+            labels=["route"],
+        )
+        for route, state in sorted(self._view().items()):
+            rounds.add_metric([route], state["rounds"])
+            changes.add_metric([route], state["changes"])
+            errors.add_metric([route], state["errors"])
+            failing.add_metric([route], len(state["failing"]))
+        yield from (rounds, changes, errors, failing)
 
 
 class _GroupSyncCollector(Collector):

@@ -36,6 +36,7 @@ def mount_observability(
     metrics_token: str | None = None,
     group_sync: Callable[[], dict[str, Any]] | None = None,
     balance_watch: Callable[[], dict[str, Any]] | None = None,
+    topic_config: Callable[[], dict[str, Any]] | None = None,
 ) -> None:
     """Add the observability endpoints and the dashboard to the controller's API.
 
@@ -43,7 +44,7 @@ def mount_observability(
     `Authorization: Bearer <metrics_token>`, compared in constant time, like the workers' `/metrics`.
     ``balance_watch`` (the balance watch mode's view) adds its metrics and its alerts on the dashboard.
     """
-    app.include_router(_router(observatory, metrics_token, group_sync, balance_watch))
+    app.include_router(_router(observatory, metrics_token, group_sync, balance_watch, topic_config))
     app.mount("/ui/static", StaticFiles(directory=STATIC, check_dir=False), name="ui-static")
 
 
@@ -52,9 +53,10 @@ def _router(
     metrics_token: str | None = None,
     group_sync: Callable[[], dict[str, Any]] | None = None,
     balance_watch: Callable[[], dict[str, Any]] | None = None,
+    topic_config: Callable[[], dict[str, Any]] | None = None,
 ) -> APIRouter:
     router = APIRouter()
-    registry = controller_registry(observatory, group_sync, balance_watch)
+    registry = controller_registry(observatory, group_sync, balance_watch, topic_config)
 
     def scraper(request: Request) -> None:
         if not bearer_ok(request.headers.get("authorization"), metrics_token):
