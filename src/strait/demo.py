@@ -276,6 +276,21 @@ def _status_line(fleet: Fleet, generator: Generator) -> str:
     )
 
 
+def _add_when_listed(api: ControllerClient, topic: str, timeout_s: float = 60.0) -> None:
+    """Add ``topic`` through the API, asking again while the controller cannot see it yet: a topic
+    just created can be missing from the broker's metadata for a moment (KRaft publishes it
+    asynchronously, for longer on a loaded machine)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            api.add_topic(topic)
+            return
+        except ApiError as exc:
+            if exc.status != 404 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.5)
+
+
 def run(*, workers: int = 2, topics: int = 3) -> int:
     """The demo; returns the process exit status."""
     from strait.sandbox import Sandbox, SandboxSpec
@@ -305,7 +320,7 @@ def run(*, workers: int = 2, topics: int = 3) -> int:
             topic = f"demo-{n + 1}"
             create_topic(src, topic, partitions=4)
             generator.add(topic, 4)
-            fleet.api().add_topic(topic)
+            _add_when_listed(fleet.api(), topic)
         print(f"controller API: {url}   (OpenAPI: {url}/docs, e.g. curl {url}/workers)")
         print(f"dashboard: {url}/ui   metrics: {url}/metrics")
         print(f"logs: {fleet.workdir}; Ctrl-C stops everything", flush=True)
