@@ -280,6 +280,13 @@ class ClusterSnapshot:
         return {w.id: w for w in self.workers.values() if w.live}
 
     def partitions(self) -> set[PartitionKey]:
-        return {
-            PartitionKey(spec.route, spec.topic, p) for spec in self.topics.values() for p in range(spec.partitions)
-        }
+        keys: set[PartitionKey] = set()
+        for spec in self.topics.values():
+            keys.update(_topic_keys(spec.route, spec.topic, spec.partitions))
+        return keys
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _topic_keys(route: str, topic: str, count: int) -> tuple[PartitionKey, ...]:
+    # Cached: every control cycle lists every partition (100,000 keys built anew took seconds).
+    return tuple(PartitionKey(route, topic, p) for p in range(count))
