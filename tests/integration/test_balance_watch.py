@@ -1,9 +1,10 @@
-"""The balance watch mode against a real 2-broker, 2-rack, 2-disk Kafka cluster.
+"""The balance watch mode against a real 3-broker, 3-rack, 2-disk Kafka cluster.
 
 Each test makes its own skew: a topic whose partitions all sit on one broker's first disk, filled
 with a few MB of records. The watcher (the thread the leading controller runs) finds the skew,
 alerts and proposes a plan; with `execute` on, the plan runs through the executor and the skew
-goes down; a person's cancel holds the watch back. Disk sizes are configured (`balance.capacities`)
+goes down; a person's cancel holds the watch back; a broker that dies has its replicas moved to
+the others (the last test: broker 3 stays dead). Disk sizes are configured (`balance.capacities`)
 because every sandbox dir shares one filesystem.
 """
 
@@ -44,11 +45,11 @@ ENDED = ("done", "failed", "cancelled")
 
 @pytest.fixture(scope="module")
 def cluster(sandbox_factory: Callable[[SandboxSpec], Sandbox]) -> Iterator[dict[str, Any]]:
-    sb = sandbox_factory(SandboxSpec(clusters=(NAME,), brokers=2, racks=2, log_dirs=2, zookeeper=False))
+    sb = sandbox_factory(SandboxSpec(clusters=(NAME,), brokers=3, racks=3, log_dirs=2, zookeeper=False))
     state = sb.clusters[NAME]
     props = state.props()
     admin = clients.legacy_admin(props)
-    yield {"props": props, "admin": admin, "dirs": {b.id: list(b.log_dirs) for b in state.brokers}}
+    yield {"props": props, "admin": admin, "dirs": {b.id: list(b.log_dirs) for b in state.brokers}, "sandbox": sb}
     admin.close()
 
 
@@ -261,3 +262,43 @@ def test_the_controller_process_runs_the_watch_when_leading(
         assert view["balance_watch"][NAME]["alert"]
     finally:
         fleet.stop()
+
+
+def test_a_gone_broker_is_found_and_its_replicas_moved(cluster: dict[str, Any]) -> None:
+    topic = "spread"
+    assignments = {0: [1, 3], 1: [3, 2], 2: [2, 3], 3: [3, 1]}
+    cluster["admin"].create_topics(
+        {topic: {"num_partitions": -1, "replication_factor": -1, "assignments": assignments}}
+    )
+    producer = clients.producer(cluster["props"], **{"acks": "all", "linger.ms": 5})
+    for i in range(400):
+        producer.produce(topic, RECORD, partition=i % 4)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    # No throttle: the executor sets throttle rates on every source broker, and a dead one refuses.
+    watcher = BalanceWatcher({NAME: cluster["props"]}, settings(after_s=2, execute=True), leading=lambda: True)
+    cluster["sandbox"].kill_broker(NAME, 3)
+    killed = time.monotonic()
+    thread = running(watcher)
+    try:
+        _wait(lambda: "broker_gone" in watcher.view()[NAME]["reasons"], 300, "the watch to find broker 3 gone")
+        found = time.monotonic() - killed
+        execution = _wait(lambda: watcher.view()[NAME]["execution"], 300, "the watch to start an execution")
+        proposed = time.monotonic() - killed
+        final = _wait(lambda: ended_execution(cluster, execution), 600, "the execution to end")
+        ended = time.monotonic() - killed
+    finally:
+        watcher.stop()
+        thread.join(timeout=60)
+    assert final.status == "done", final.progress
+    assert watcher.view()[NAME]["assessment"]["gone_brokers"] == [3]
+    gateway = KafkaGateway(cluster["props"])
+    try:
+        replicas = gateway.replicas([topic])
+    finally:
+        gateway.close()
+    assert len(replicas) == 4 and all(3 not in r and len(r) == 2 for r in replicas.values()), replicas
+    print(
+        f"\nbroker 3 killed: found gone after {found:.1f} s, execution started after {proposed:.1f} s, "
+        f"done after {ended:.1f} s (load average {os.getloadavg()[0]:.1f})"
+    )

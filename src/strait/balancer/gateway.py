@@ -178,7 +178,9 @@ class KafkaGateway:
 
     def cluster(self) -> tuple[str, list[Broker]]:
         meta = self._admin.describe_cluster()
-        brokers = [Broker(int(b["broker_id"]), b.get("rack")) for b in meta["brokers"]]
+        # kafka-python asks for fenced brokers too (KIP-1073): a fenced broker is not live (a dead
+        # one stays registered, fenced), so it hosts nothing and no move may target it.
+        brokers = [Broker(int(b["broker_id"]), b.get("rack")) for b in meta["brokers"] if not b.get("is_fenced")]
         return str(meta.get("cluster_id") or ""), brokers
 
     def _topics(self, topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
