@@ -210,3 +210,27 @@ def test_the_metrics_say_what_was_changed_and_what_is_refused() -> None:
     assert 'strait_topic_config_errors_total{route="r"} 1.0' in text
     assert 'strait_topic_config_failing_topics{route="r"} 1.0' in text
     assert 'strait_topic_config_rounds_total{route="r"} 1.0' in text
+
+
+def test_a_destination_topic_fed_by_two_sources_is_not_followed() -> None:
+    config = parse_config(
+        {
+            "clusters": {"a": {}, "b": {}, "c": {}},
+            "routes": [
+                {"name": "ac", "source": "a", "destination": "c"},
+                {"name": "bc", "source": "b", "destination": "c"},
+            ],
+        },
+        environ={},
+    )
+    specs = [TopicSpec("ac", "orders", "orders"), TopicSpec("bc", "orders", "orders"), TopicSpec("ac", "t", "t")]
+    follower = TopicConfigFollower(config, leading=lambda: True, topics=lambda: {(s.route, s.topic): s for s in specs})
+    destination = _Admin({"orders": {}, "t": {}})
+    follower._admins = {
+        "a": _Admin({"orders": {"retention.ms": "1"}, "t": {"retention.ms": "3"}}),
+        "b": _Admin({"orders": {"retention.ms": "2"}}),
+        "c": destination,
+    }
+    follower.round()
+    follower.round()
+    assert destination.topics == {"orders": {}, "t": {"retention.ms": "3"}}

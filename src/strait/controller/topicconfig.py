@@ -126,6 +126,7 @@ class TopicConfigFollower:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._admins: dict[str, Any] = {}
+        self._warned_shared: set[tuple[str, str]] = set()
         self._state: dict[str, RouteState] = {r.name: RouteState() for r in self.routes}
 
     def run(self) -> None:
@@ -157,8 +158,13 @@ class TopicConfigFollower:
         """Compare and apply once for every following route; returns the changes applied."""
         specs = self._topics()
         applied: list[Change] = []
+        shared = self._shared(specs)
         for route in self.routes:
-            mine = [s for s in specs.values() if s.route == route.name]
+            mine = [
+                s
+                for s in specs.values()
+                if s.route == route.name and (route.destination, s.destination_topic) not in shared
+            ]
             try:
                 applied += self._follow(route, mine)
             except KafkaException as exc:
@@ -171,6 +177,25 @@ class TopicConfigFollower:
                 state.rounds += 1
                 state.last_round = self._clock()
         return applied
+
+    def _shared(self, specs: Mapping[tuple[str, str], TopicSpec]) -> set[tuple[str, str]]:
+        """Destination topics (cluster, name) that several following source topics are copied
+        into: their settings would flip between the sources every round, so none is followed."""
+        destinations = {r.name: r.destination for r in self.routes}
+        writers: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        for spec in specs.values():
+            if spec.route in destinations:
+                writers.setdefault((destinations[spec.route], spec.destination_topic), set()).add(
+                    (spec.route, spec.topic)
+                )
+        shared = {k for k, v in writers.items() if len(v) > 1}
+        for key in sorted(shared - self._warned_shared):
+            sources = ", ".join(f"{route}:{topic}" for route, topic in sorted(writers[key]))
+            log.warning(
+                "destination topic %s on %s is copied from %s: its settings are not followed", key[1], key[0], sources
+            )
+        self._warned_shared = shared
+        return shared
 
     def _follow(self, route: RouteConfig, specs: list[TopicSpec]) -> list[Change]:
         if not specs:
