@@ -29,7 +29,16 @@ from strait.sandbox import jarlock
 from strait.sandbox.errors import SandboxError
 from strait.sandbox.jarlock import RUNTIMES, LockedJar
 
-__all__ = ["MAVEN_CENTRAL", "RUNTIMES", "cache_root", "check_central_sha1", "classpath", "descriptor", "resolve"]
+__all__ = [
+    "MAVEN_CENTRAL",
+    "RUNTIMES",
+    "cache_root",
+    "check_central_sha1",
+    "classpath",
+    "fetch",
+    "local_repository",
+    "resolve",
+]
 
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 _MARKER = ".complete"
@@ -42,10 +51,6 @@ Progress = Callable[[str], None]
 def cache_root() -> Path:
     """Where Strait keeps downloaded jars and the default sandbox state."""
     return Path(os.environ.get("STRAIT_CACHE", Path.home() / ".cache" / "strait"))
-
-
-def descriptor(runtime: str) -> Path:
-    return jarlock.descriptor(runtime)
 
 
 def local_repository() -> Path:
@@ -75,7 +80,11 @@ def resolve(runtime: str, *, progress: Progress | None = None) -> Path:
         if (target / _MARKER).exists():  # another process finished first: use its folder
             return target
         shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
+        try:
+            staging.rename(target)
+        except OSError:
+            if not (target / _MARKER).exists():  # not a concurrent finish: a real failure
+                raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
