@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import Future
 from typing import Any
 
-from confluent_kafka.admin import ConfigEntry, ConfigSource  # type: ignore[attr-defined]
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import ConfigEntry, ConfigSource, NewTopic  # type: ignore[attr-defined]
 
-from strait.worker.destination import configs_to_copy, default_replication_factor
+from strait.worker.destination import TopicCreator, configs_to_copy, default_replication_factor
 
 
 def _entry(
@@ -53,3 +57,55 @@ def test_replication_factor_fits_the_destination_cluster() -> None:
     assert default_replication_factor(3) == 3
     assert default_replication_factor(12) == 3
     assert default_replication_factor(0) == 1
+
+
+class SlowAdmin:
+    """create_topics answers the first request only once released; records every request."""
+
+    def __init__(self) -> None:
+        self.requests: list[list[str]] = []
+        self.release = threading.Event()
+        self.asked = threading.Event()
+
+    def create_topics(self, topics: list[NewTopic], request_timeout: float) -> dict[str, Future[None]]:
+        self.requests.append([t.topic for t in topics])
+        self.asked.set()
+        futures: dict[str, Future[None]] = {}
+        for topic in topics:
+            future: Future[None] = Future()
+            if topic.topic == "exists":
+                future.set_exception(KafkaException(KafkaError(KafkaError.TOPIC_ALREADY_EXISTS)))
+            elif len(self.requests) > 1 or self.release.wait(10):
+                future.set_result(None)
+            futures[topic.topic] = future
+        return futures
+
+
+def test_topics_asked_for_while_a_creation_is_out_go_together_in_the_next_request() -> None:
+    admin = SlowAdmin()
+    creator = TopicCreator(admin, timeout_s=10)  # type: ignore[arg-type]  # create_topics is all it uses
+    errors: list[BaseException] = []
+
+    def create(name: str) -> None:
+        try:
+            creator.create(NewTopic(name, num_partitions=1, replication_factor=1))
+        except KafkaException as exc:
+            errors.append(exc)
+
+    first = threading.Thread(target=create, args=("t1",))
+    first.start()
+    assert admin.asked.wait(10)
+    later = [threading.Thread(target=create, args=(name,)) for name in ("t2", "t3", "exists")]
+    for thread in later:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(creator._queue) < 3:  # all three wait behind t1's request
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    admin.release.set()
+    for thread in [first, *later]:
+        thread.join(10)
+    assert admin.requests[0] == ["t1"]
+    assert sorted(admin.requests[1]) == ["exists", "t2", "t3"]
+    assert len(admin.requests) == 2
+    assert [exc.args[0].code() for exc in errors] == [KafkaError.TOPIC_ALREADY_EXISTS]  # type: ignore[attr-defined]

@@ -84,6 +84,51 @@ def default_replication_factor(broker_count: int) -> int:
     return max(1, min(DEFAULT_MAX_REPLICATION_FACTOR, broker_count))
 
 
+class TopicCreator:
+    """Creates topics; those asked for while a CreateTopics request is out go together in the next.
+
+    Measured on the sandbox (load average 44): ten topics in one request had leaders after 0.2 to
+    0.8 s, ten requests at once after 2.6 to 5.5 s. A topic asked for alone is sent at once.
+    """
+
+    def __init__(self, admin: AdminClient, timeout_s: float) -> None:
+        self._admin = admin
+        self._timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._queue: list[tuple[NewTopic, Future[None]]] = []
+        self._sending = False
+
+    def create(self, topic: NewTopic) -> None:
+        """Create ``topic``; raises its creation's ``KafkaException`` (TOPIC_ALREADY_EXISTS too)."""
+        done: Future[None] = Future()
+        with self._lock:
+            self._queue.append((topic, done))
+            send, self._sending = not self._sending, True
+        if send:
+            self._send_all()
+        done.result()
+
+    def _send_all(self) -> None:
+        while True:
+            with self._lock:
+                batch, self._queue = self._queue, []
+                if not batch:
+                    self._sending = False
+                    return
+            try:
+                futures = self._admin.create_topics([t for t, _ in batch], request_timeout=self._timeout_s)
+            except Exception as exc:  # refused before it was sent: every topic of the batch fails
+                for _, done in batch:
+                    done.set_exception(exc)
+                continue
+            for topic, done in batch:
+                try:
+                    clients.admin_result(futures[topic.topic], self._timeout_s, f"creating {topic.topic}")
+                    done.set_result(None)
+                except Exception as exc:
+                    done.set_exception(exc)
+
+
 class DestinationTopics:
     """Makes destination topics exist with at least the source's partition count.
 
@@ -111,6 +156,7 @@ class DestinationTopics:
         # Topics are made ready on these threads, several at once (see prepare, ensure_many).
         self._pool = ThreadPoolExecutor(max_workers=_PARALLEL_ENSURES, thread_name_prefix="ensure")
         self._inflight: dict[tuple[str, str], Future[int]] = {}
+        self._creator = TopicCreator(self._destination, timeout_s)
 
     def ensure(self, source_topic: str, destination_topic: str, *, min_partitions: int = 0) -> int:
         """Create or grow ``destination_topic`` to match ``source_topic``; returns its partition count.
@@ -202,9 +248,8 @@ class DestinationTopics:
             configs,
         )
         topic = NewTopic(destination_topic, num_partitions=partitions, replication_factor=replicas, config=configs)
-        future = self._destination.create_topics([topic], request_timeout=self._timeout_s)[destination_topic]
         try:
-            clients.admin_result(future, self._timeout_s, f"creating {destination_topic}")
+            self._creator.create(topic)
             # Created with every partition. A describe right now may not see them all yet (the
             # brokers learn of a new topic asynchronously), which used to trigger a needless grow.
             return
