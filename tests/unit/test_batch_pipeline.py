@@ -23,7 +23,7 @@ from strait.worker.batch.link import Key
 from strait.worker.batch.pipeline import BatchPipeline
 from strait.worker.batch.records import split_batches
 from strait.worker.batch.select import AbortedTransaction
-from strait.worker.pipeline import PartitionState
+from strait.worker.pipeline import PartitionState, PipelineSettings
 from strait.worker.task import PartitionTask
 from tests.unit.test_batch_records import build, control_batch
 
@@ -414,3 +414,30 @@ def test_a_batch_noted_at_once_makes_the_same_runs_as_its_records_one_by_one(see
         if rng.random() < 0.2:
             assert at_once.take() == one_by_one.take()
     assert at_once.take() == one_by_one.take()
+
+
+def test_fetching_stops_while_the_pipeline_holds_its_fill_of_fetched_batches() -> None:
+    logs = {("t", 0): source_log(12, per_batch=40)}
+    src, dst = FakeSource(logs), FakeDestination()
+    clock = Clock()
+    batch_pipeline.time = clock  # type: ignore[attr-defined]
+    pipeline = BatchPipeline(
+        name="batch",
+        source={},
+        destination={},
+        group_id="g",
+        client_id="c",
+        settings=PipelineSettings(producer_max_kbytes=1),
+        links=FakeLinks(src, dst, clock),  # type: ignore[arg-type]
+    )
+    state = start(pipeline, "t", 0)
+    dst.hold = True
+    run(pipeline, lambda: len(dst.held) >= 5)  # 5 batches in flight, 7 (over 1 KB) fetched and waiting
+    fetches = src.fetches
+    for _ in range(20):
+        pipeline._step()
+    assert src.fetches == fetches
+    dst.hold = False
+    dst.release_held()
+    run(pipeline, lambda: state.checkpoint == src.end(("t", 0)))
+    assert dst.payloads(("t", 0)) == payloads(logs[("t", 0)])

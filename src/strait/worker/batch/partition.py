@@ -36,6 +36,9 @@ from strait.worker.pipeline import PartitionState
 MAX_PARTITION_FETCH_BYTES = 64 * 1024 * 1024
 # A partition is fetched again only while less than this many partition fetch sizes wait to be sent.
 QUEUED_FETCHES = 2
+# Up to this much of one partition per fetch answer: several producer batches per round trip
+# (the pipeline bounds what all partitions hold together).
+INITIAL_PARTITION_FETCH_BYTES = 4 * 1024 * 1024
 
 
 class Queued(NamedTuple):
@@ -86,7 +89,7 @@ class BatchPartition:
         self.topic_config = destination
         self.compacted = compacted
         self.fetch_offset = tracker.next_offset
-        self.fetch_bytes = 1024 * 1024
+        self.fetch_bytes = INITIAL_PARTITION_FETCH_BYTES
         self.queue: deque[Queued] = deque()
         self.queued_bytes = 0
         self.in_flight: deque[Sent] = deque()
@@ -109,8 +112,12 @@ class BatchPartition:
             and not self.fetch_pending
             and not self.rewind_due
             and now >= self.wait_until
-            and self.queued_bytes < QUEUED_FETCHES * self.fetch_bytes
+            and not self.queue_full
         )
+
+    @property
+    def queue_full(self) -> bool:
+        return self.queued_bytes >= QUEUED_FETCHES * self.fetch_bytes
 
     def take_fetch(self, fetched: FetchedPartition, now: float) -> ModeDecision | None:
         """Queue the batches a fetch answer brings (in order); a record-mode decision stops here."""

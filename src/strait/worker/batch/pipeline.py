@@ -307,6 +307,10 @@ class BatchPipeline:
         return leaders.get(partition)
 
     def _start_fetches(self, links: Links, now: float) -> None:
+        # Fetched and not yet sent, over every partition: bounded like the record pipelines'
+        # producer queue, so a thousand lagging partitions cannot each hold their own megabytes.
+        if sum(p.queued_bytes for p in self._parts.values()) >= self._settings.producer_max_kbytes * 1024:
+            return
         by_leader: dict[int, list[BatchPartition]] = {}
         held: set[int] = set()  # leaders with a partition left out because its queue is full
         for part in self._parts.values():
@@ -317,7 +321,8 @@ class BatchPipeline:
                 part.wait_until = now + RETRY_BACKOFF_S
                 continue
             if not part.wants_fetch(now):
-                held.add(leader)
+                if part.queue_full:
+                    held.add(leader)
             elif leader not in self._fetches:
                 by_leader.setdefault(leader, []).append(part)
         settings = self._settings
