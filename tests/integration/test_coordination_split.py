@@ -285,3 +285,45 @@ def test_a_large_worker_keeps_its_stats_out_of_zookeeper_and_the_controller_stil
         assert leader.write_assignment({}, leader.read_assignment().version)
         thread.join(timeout=30)
         leader.close()
+
+
+def test_a_leader_deposed_in_the_middle_of_a_publish_leaves_no_partition_in_two_nodes(
+    stores: list[CoordinationStore], raw: KazooClient, root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(split_module, "TX_OPS", 1)  # one node per transaction
+    a, b = stores
+    before = {PartitionKey("main", "t", p): ("w1" if p < 6 else "w2") for p in range(12)}
+    after = {PartitionKey("main", "t", p): ("w2" if p < 6 else "w3") for p in range(12)}  # every one moves
+    assert a.attempt_to_acquire_leadership(LeaderInfo("a", "http://a"))
+    assert a.write_assignment(before, a.read_assignment().version)
+
+    client = a._client  # type: ignore[attr-defined]
+    real = client.transaction
+    commits = {"n": 0}
+
+    def transaction() -> object:
+        t = real()
+        commit = t.commit
+
+        def deposing_commit() -> object:
+            commits["n"] += 1
+            if commits["n"] == 2:  # the first transaction landed: now another controller takes over
+                raw.delete(f"{root}/leader")
+                assert b.attempt_to_acquire_leadership(LeaderInfo("b", "http://b"))
+            return commit()
+
+        t.commit = deposing_commit
+        return t
+
+    monkeypatch.setattr(client, "transaction", transaction)
+    assert not a.write_assignment(after, a.read_assignment().version)
+    assert commits["n"] == 2, "the publish went on after a transaction was refused"
+
+    seen: dict[PartitionKey, list[str]] = {}
+    for worker in ("w1", "w2", "w3"):
+        for key in b.read_worker_assignment(worker).of_worker(worker):
+            seen.setdefault(key, []).append(worker)
+    assert all(len(owners) == 1 for owners in seen.values()), seen
+    assert set(seen) < set(before), "the first transaction only took partitions away"
+    assert b.write_assignment(after, b.read_assignment().version)
+    assert b.read_assignment().owners == after
