@@ -2,33 +2,22 @@
 
 from __future__ import annotations
 
-import re
+from pydantic import ByteSize, TypeAdapter, ValidationError
 
-_UNITS = {
-    "": 1,
-    "B": 1,
-    "K": 1000,
-    "KB": 1000,
-    "M": 1000**2,
-    "MB": 1000**2,
-    "G": 1000**3,
-    "GB": 1000**3,
-    "T": 1000**4,
-    "TB": 1000**4,
-    "KIB": 1024,
-    "MIB": 1024**2,
-    "GIB": 1024**3,
-    "TIB": 1024**4,
-}
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*(?:/S)?\s*$", re.IGNORECASE)
+# pydantic's ByteSize does the parsing: decimal units (K, KB = 1000) and binary ones (KiB = 1024),
+# fractions, any case, optional space. A throttle may be written as a rate (`20MB/s`).
+_BYTES = TypeAdapter(ByteSize)
 
 
 def parse_bytes(text: str) -> int:
     """Bytes in `text`; decimal units (KB = 1000) and binary ones (KiB = 1024). Raises ValueError."""
-    match = _PATTERN.match(text.upper().replace("/S", ""))
-    if not match or match.group(2).upper() not in _UNITS:
-        raise ValueError(f"{text!r} is not a byte amount (examples: 50KB, 20MB, 1GiB, 1000)")
-    value = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    amount = text.strip()
+    if amount[-2:].lower() == "/s":
+        amount = amount[:-2]
+    try:
+        value = int(_BYTES.validate_python(amount.strip()))
+    except ValidationError:
+        raise ValueError(f"{text!r} is not a byte amount (examples: 50KB, 20MB, 1GiB, 1000)") from None
     if value <= 0:
         raise ValueError(f"{text!r} must be more than zero bytes")
     return value
