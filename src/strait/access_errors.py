@@ -217,7 +217,9 @@ def _sniff(props: Mapping[str, Any]) -> None:
 
 
 def _maybe_sniff(props: Mapping[str, Any], error: KafkaError) -> None:
-    if _speaks_tls(props) or error.code() not in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+    # Only when no broker answers at all: a plaintext broker reads the handshake as a request far
+    # too large and logs a warning, which a passing disconnect should not cause.
+    if _speaks_tls(props) or error.code() != KafkaError._ALL_BROKERS_DOWN:
         return
     key_of = identity(props)
     now = time.monotonic()

@@ -111,6 +111,8 @@ def test_other_transport_errors_are_no_mismatch() -> None:
     assert access_errors.protocol_mismatch(tls, KafkaError(KafkaError._TRANSPORT, PLAINTEXT_AT_TLS)) is None
     on_client_error(plain, KafkaError(KafkaError._TRANSPORT, down))
     assert recent_refusal(plain) is None
+    # One broker's disconnect is no reason to offer it a TLS handshake: only all brokers down is.
+    assert access_errors.identity(plain) not in access_errors._sniffed
 
 
 def test_two_clusters_at_one_address_keep_their_own_names_and_refusals() -> None:
