@@ -39,6 +39,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.retry import KazooRetry, RetryFailedError
 
 from strait.coordination.model import (
     Assignment,
@@ -50,7 +51,6 @@ from strait.coordination.model import (
     WorkerRecord,
     WorkerState,
 )
-from strait.coordination.retry import RetryExhausted, RetryPolicy
 from strait.coordination.split import SplitAssignment
 from strait.coordination.stats import StatsGatherer
 from strait.coordination.store import StoreUnavailable, WorkerIdTaken
@@ -60,11 +60,11 @@ log = logging.getLogger(__name__)
 _CONNECTION_ERRORS = (ConnectionLoss, ConnectionClosedError, OperationTimeoutError, SessionExpiredError)
 
 
-def _is_connection_error(exc: BaseException) -> bool:
-    return isinstance(exc, _CONNECTION_ERRORS)
-
-
-DEFAULT_RETRY = RetryPolicy(max_tries=4, delay_s=0.1, max_delay_s=1.0, retry_on=_is_connection_error)
+# kazoo's own retry for ZooKeeper calls: connection loss, operation timeout and an expired session
+# (the client reconnects) are tried again, up to 4 tries, 0.1 s doubling to 1 s with a little jitter.
+# A closed client (ConnectionClosedError) is not retried. Each call runs on a copy (kazoo keeps the
+# attempt count in the instance).
+DEFAULT_RETRY = KazooRetry(max_tries=4, delay=0.1, backoff=2, max_jitter=0.05, max_delay=1.0)
 
 
 def _dump(value: Any) -> bytes:
@@ -90,7 +90,7 @@ class ZooKeeperStore:
         connect: str,
         root: str,
         session_timeout_s: float = 4.0,
-        retry: RetryPolicy = DEFAULT_RETRY,
+        retry: KazooRetry = DEFAULT_RETRY,
     ) -> None:
         self._root = root.rstrip("/")
         self._retry = retry
@@ -169,9 +169,9 @@ class ZooKeeperStore:
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
-            return self._retry.call(lambda: fn(*args, **kwargs))
-        except RetryExhausted as exc:
-            raise StoreUnavailable(f"ZooKeeper unavailable: {exc.__cause__}") from exc
+            return self._retry.copy()(fn, *args, **kwargs)
+        except RetryFailedError as exc:
+            raise StoreUnavailable(f"ZooKeeper unavailable: {exc.__context__ or exc}") from exc
         except _CONNECTION_ERRORS as exc:
             raise StoreUnavailable(f"ZooKeeper unavailable: {exc!r}") from exc
 
