@@ -54,7 +54,7 @@ class World:
             self.remaining -= 1
             if self.execution.by_watch and self.rng.random() < 0.25:
                 self.execution = replace(self.execution, cancelled=True)  # a person cancels it
-                self.held_signature = self.signature
+                self.held_signature = self.execution.signature
                 self.cancels += 1
             if self.remaining <= 0 or self.execution.cancelled:
                 self.execution = replace(self.execution, finished=True)
@@ -106,7 +106,13 @@ class World:
             if self.rng.random() < 0.1:  # refused (a conflict, or the plan went stale): not run
                 return watch.submit_failed(state, stale=self.rng.random() < 0.5)
             self.executed.add(state.proposal)
-            self.execution = ExecutionSeen(f"e-{state.proposal}", finished=False, cancelled=False, by_watch=True)
+            self.execution = ExecutionSeen(
+                f"e-{state.proposal}",
+                finished=False,
+                cancelled=False,
+                by_watch=True,
+                signature=state.proposal_signature,
+            )
             self.remaining = self.rng.randint(1, 8)
             return watch.submitted(state, state.proposal, self.execution.id)
         return state
@@ -249,6 +255,19 @@ def test_a_new_leader_honours_an_old_cancel() -> None:
     d = watch.observe(State(), seen(0, "disk_spread", execution=cancelled), policy)
     assert d.action == PROPOSE
     d = watch.observe(watch.proposed(d.state, "p1", 3, 0), seen(0, "disk_spread", execution=cancelled), policy)
+    assert d.action is None and d.state.phase == watch.HELD
+
+
+def test_a_new_leader_acts_when_the_imbalance_changed_since_the_cancel() -> None:
+    policy = Policy(after_s=0, execute=True)
+    cancelled = ExecutionSeen("e1", finished=True, cancelled=True, by_watch=True, signature=("disk_spread",))
+    now = seen(0, "disk_spread", "broker_gone", execution=cancelled)  # a broker went while nobody watched
+    d = watch.observe(State(), now, policy)
+    d = watch.observe(watch.proposed(d.state, "p1", 3, 0), now, policy)
+    assert d.action == EXECUTE and d.state.held is None
+    same = seen(0, "disk_spread", execution=cancelled)
+    d = watch.observe(State(), same, policy)
+    d = watch.observe(watch.proposed(d.state, "p1", 3, 0), same, policy)
     assert d.action is None and d.state.phase == watch.HELD
 
 

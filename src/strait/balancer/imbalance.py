@@ -138,7 +138,13 @@ def propose(model: ClusterModel, goals: Goals, assessment: Assessment) -> Plan:
         names = ", ".join(f"{m.topic}-{m.partition}" for m in offline[:10])
         warnings += (f"{len(offline)} partition(s) offline, every replica on a gone broker, not moved: {names}",)
     capacities = {k: v for k, v in plan.capacities.items() if int(k.split(":", 1)[0]) not in gone}
-    stats = {**plan.stats, "moves": len(moves), "proposed_by": "watch", "reasons": sorted(assessment.reasons)}
+    stats = {
+        **plan.stats,
+        "moves": len(moves),
+        "proposed_by": "watch",
+        "reasons": sorted(assessment.reasons),
+        "signature": list(assessment.signature),
+    }
     return replace(plan, moves=moves, warnings=warnings, stats=stats, capacities=capacities)
 
 

@@ -17,9 +17,10 @@ The rules:
 3. With `execute` on, a proposal with moves is executed, once, if no execution is unfinished on
    the cluster (whoever started it).
 4. A person's cancel always wins: an execution the watch proposed that ends cancelled (or has a
-   cancel request) stops the watch from executing anything until the imbalance changes or the
-   cluster is back in balance. The watch itself never cancels. Executions are recognised as the
-   watch's by their plan (`proposed_by: watch`), so a new leader honours an old cancel too.
+   cancel request) stops the watch from executing anything until the imbalance differs from the
+   one that plan was for, or the cluster is back in balance. The watch itself never cancels.
+   Executions are recognised as the watch's by their plan (`proposed_by: watch`, with the
+   imbalance's signature), so a new leader honours an old cancel too.
 5. When an execution the watch started ends, the clock starts again: a plan that could not
    fix everything is not re-run at once, and a fresh proposal with no moves is never executed.
 """
@@ -63,6 +64,7 @@ class ExecutionSeen:
     finished: bool
     cancelled: bool  # ended cancelled, or someone asked to cancel it
     by_watch: bool  # its plan was proposed by the watch mode
+    signature: tuple[str, ...] | None = None  # the imbalance the watch proposed it for
 
 
 @dataclass(frozen=True)
@@ -117,8 +119,10 @@ def observe(state: State, seen: Observation, policy: Policy) -> Decision:
     execution = seen.execution
     busy = execution is not None and not execution.finished
     if execution is not None and execution.by_watch and execution.cancelled and state.cancels_seen != execution.id:
-        # A person cancelled a plan the watch proposed: hold off until the imbalance changes.
-        state = replace(state, held=seen.signature, cancels_seen=execution.id)
+        # A person cancelled a plan the watch proposed: hold off until the imbalance differs from
+        # the one that plan was for (recorded with it, so a new leader judges it the same way).
+        held = execution.signature if execution.signature is not None else seen.signature
+        state = replace(state, held=held, cancels_seen=execution.id)
     if state.running is not None and not (busy and execution is not None and execution.id == state.running):
         # The watch's own execution ended (or another replaced it): count afresh from now.
         state = replace(state, running=None, since=seen.at if seen.reasons else None)

@@ -161,7 +161,9 @@ class BalanceWatcher:
         made = Proposal(uuid.uuid4().hex[:12], seen.at, plan, assessment)
         with self._lock:
             self._proposals[name] = made
-        log.warning(
+        # Said loudly for a new imbalance; a refresh of the same one (every replan_s) quietly.
+        log.log(
+            logging.WARNING if state.proposal is None or state.proposal_signature != seen.signature else logging.INFO,
             "balance watch: cluster %s out of balance for %.0f s (%s); proposal %s: %d moves, %d bytes%s",
             name,
             state.out_of_balance_s(),
@@ -288,9 +290,12 @@ def _latest_execution(props: Mapping[str, Any]) -> watch.ExecutionSeen | None:
         store.close()
     if execution is None:
         return None
+    stats = dict(execution.plan.get("stats") or {})
+    signature = stats.get("signature")
     return watch.ExecutionSeen(
         id=execution.id,
         finished=execution.finished(),
         cancelled=execution.cancel_requested or execution.status == "cancelled",
-        by_watch=dict(execution.plan.get("stats") or {}).get("proposed_by") == "watch",
+        by_watch=stats.get("proposed_by") == "watch",
+        signature=tuple(str(t) for t in signature) if isinstance(signature, list) else None,
     )
