@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import re
 import socket
 import ssl
 import threading
@@ -245,13 +246,17 @@ def on_client_error(props: Mapping[str, Any], error: KafkaError) -> None:
     _record(props, message)
 
 
+# librdkafka's timing suffix, different on every retry: "(after 234ms in state AUTH_REQ[, ...])".
+_TIMING = re.compile(r"\s*\(after \d+ms in state [^)]*\)")
+
+
 def _record(props: Mapping[str, Any], message: str) -> None:
     """Keep ``message`` as the cluster's latest refusal; log it (once a minute at most)."""
     key_of = identity(props)
     now = time.monotonic()
     with _lock:
         _refusals[key_of] = (now, message)
-        key = (key_of, message)
+        key = (key_of, _TIMING.sub("", message))
         due = now - _logged.get(key, float("-inf")) >= LOG_EVERY_S
         if due:
             _logged[key] = now
