@@ -4,7 +4,7 @@ Every node of a Strait deployment (controllers and workers) reads the same file,
 no node can drift from the others (MirrorMaker's per-node whitelists did). Topics are not
 in the file: they live in ZooKeeper and change through the controller's REST API.
 
-Environment variables override the file: ``STRAIT_ZOOKEEPER__CONNECT=host:2181`` sets
+Environment variables override the file (read by pydantic-settings): ``STRAIT_ZOOKEEPER__CONNECT=host:2181`` sets
 ``zookeeper.connect``; a double underscore separates levels. Values are
 text converted to the key's type, so ``STRAIT_CONTROLLER__REFRESH_INTERVAL_S=2`` is a
 number; ``null`` unsets an optional value.
@@ -15,6 +15,7 @@ Any text value may reference a secret, ``${env:NAME}`` or ``${file:/path}`` (see
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import string
@@ -23,7 +24,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource
 
 from strait.balancer.settings import BalanceConfig
 from strait.secrets import SecretError, redact, resolve
@@ -481,23 +483,29 @@ def _describe(error: Any) -> str:
     return f"{location}: {message}" if location else message
 
 
+@functools.cache
+def _environment_shape() -> type[BaseSettings]:
+    # pydantic-settings reads the STRAIT_* variables against the configuration's own sections
+    # (prefix, `__` between levels, any case, `null` for None). Other STRAIT_* variables
+    # (STRAIT_CACHE, the sandbox's jar cache; STRAIT_CHAOS_SEED) name no section and are left alone.
+    fields: dict[str, Any] = {name: (field.annotation, None) for name, field in StraitConfig.model_fields.items()}
+    return create_model("StraitEnvironment", __base__=BaseSettings, **fields)
+
+
 def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
-    for name, text in sorted(environ.items()):
-        if not name.startswith(ENV_PREFIX):
-            continue
-        path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__") if part]
-        if not path or path[0] not in StraitConfig.model_fields:
-            # Not a configuration section: other STRAIT_* variables (STRAIT_CACHE, the jar
-            # cache of the sandbox; STRAIT_CHAOS_SEED) belong to other parts and tools.
-            continue
-        node = data
-        for part in path[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = {}
-                node[part] = child
-            node = child
-        # Text stays text: pydantic converts "2" or "true" for typed fields, whereas YAML
-        # would turn a token such as "12:30" into a (sexagesimal) number.
-        node[path[-1]] = None if text in ("null", "~") else text
+    source = EnvSettingsSource(
+        _environment_shape(), env_prefix=ENV_PREFIX, env_nested_delimiter="__", env_parse_none_str="null"
+    )
+    source.env_vars = {name.lower(): text for name, text in environ.items() if name.startswith(ENV_PREFIX)}
+    _merge(data, source())
     return data
+
+
+def _merge(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(data.get(key), dict):
+            _merge(data[key], value)
+        else:
+            # Text stays text: pydantic converts "2" or "true" for typed fields, whereas YAML
+            # would turn a token such as "12:30" into a (sexagesimal) number.
+            data[key] = dict(value) if isinstance(value, Mapping) else value
