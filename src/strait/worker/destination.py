@@ -219,6 +219,9 @@ class DestinationTopics:
     def forget(self, destination_topic: str) -> None:
         """Drop what is known about a topic, e.g. after it was deleted under the copier."""
         self._ensured.pop(destination_topic, None)
+        with self._lock:  # a creation prepared earlier may have seen it before the deletion
+            for pair in [p for p in self._inflight if p[1] == destination_topic]:
+                del self._inflight[pair]
 
     def _ensure(self, source_topic: str, destination_topic: str) -> int:
         try:
