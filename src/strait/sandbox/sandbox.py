@@ -277,9 +277,14 @@ class Sandbox:
                 code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
-                code = -1
+                proc.wait()
+                failures.append(
+                    f"formatting storage of broker {broker.id} did not finish within {timeout_s:.0f} s "
+                    f"(a starved machine? load average {os.getloadavg()[0]:.1f}); see {broker.log}"
+                )
+                continue
             if code != 0:
-                failures.append(f"formatting storage of broker {broker.id} failed; see {broker.log}")
+                failures.append(f"formatting storage of broker {broker.id} failed (exit {code}); see {broker.log}")
         if failures:
             raise SandboxError("; ".join(failures))
 
