@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
+from strait.controller.handover import plan_handover
 from strait.coordination.model import PartitionKey
 from strait.metrics import healing, progress
 from strait.metrics.healing import Healing, HealingPolicy, heal, steer
@@ -180,3 +181,27 @@ def test_a_worker_far_below_its_peers_per_backlogged_partition_is_slow() -> None
 
 def test_a_lone_worker_is_never_slow() -> None:
     assert find_slow_workers({"w": Throughput(1, 5)}) == []
+
+
+def test_a_stuck_exactly_once_partition_on_a_live_worker_is_handed_over_cleanly() -> None:
+    """Exactly-once partitions (``clean``) keep the avoided worker's claim while it still reports,
+    so the hand-over unassigns first and waits for its release; a hung worker's claim, and any
+    claim of an at-least-once partition, are dropped so the new owner starts at once."""
+    eos, alo = "eos/t/0", "alo/t/0"
+    desired = {eos: "w1", alo: "w1"}
+    written: dict[str, str | None] = {eos: "w1", alo: "w1"}
+    holding = {"w1": frozenset({eos, alo}), "w2": frozenset[str]()}
+    avoid = {eos: frozenset({"w1"}), alo: frozenset({"w1"})}
+
+    def clean(key: str) -> bool:
+        return key.startswith("eos/")
+
+    new_desired, new_written, new_holding = steer(desired, written, holding, avoid, ["w1", "w2"], clean=clean)
+    assert new_desired == {eos: "w2", alo: "w2"}
+    assert new_written == {eos: "w1", alo: None}
+    assert new_holding["w1"] == frozenset({eos})
+    # Planned from these, the exactly-once partition is first unassigned, not given to w2.
+    assert plan_handover(new_desired, new_written, new_holding) == {eos: None, alo: "w2"}
+
+    _, hung_written, hung_holding = steer(desired, written, holding, avoid, ["w1", "w2"], hung=["w1"], clean=clean)
+    assert hung_written == {eos: None, alo: None} and hung_holding["w1"] == frozenset()

@@ -217,6 +217,7 @@ class Controller:
             # Healing: stuck partitions leave the worker they are stuck on, hung workers get
             # nothing new (see strait.metrics.healing).
             steering = self._steering()
+            exactly_once = self.fencer.routes if self.fencer is not None else frozenset()
             if steering.avoid or steering.hung:
                 desired, handover_from, holding = steer(
                     desired,
@@ -226,6 +227,7 @@ class Controller:
                     assignable,
                     steering.hung,
                     allowed=lambda key, worker: (p := self.pools_of(key)) is None or pools[worker] in p,
+                    clean=(lambda key: key.route in exactly_once) if exactly_once else None,
                 )
         plan = plan_handover(desired, handover_from, holding)
         parked = 0

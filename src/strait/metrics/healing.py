@@ -100,6 +100,7 @@ def steer(
     workers: Collection[str],
     hung: Collection[str] = (),
     allowed: Callable[[K, str], bool] | None = None,
+    clean: Callable[[K], bool] | None = None,
 ) -> tuple[dict[K, str], dict[K, str | None], dict[str, frozenset[K]]]:
     """Adjust one control cycle's inputs so that avoided and hung workers get nothing new.
 
@@ -108,6 +109,11 @@ def steer(
     not *newly* go to a hung worker (one that stopped reporting) either. Claims of avoided
     workers are dropped from `written` and `holding` so that the new owner starts at once.
     `allowed(key, worker)` says whether a worker's pool may run the partition (route pools).
+    `clean(key)` marks partitions that must be handed over cleanly (exactly-once routes): an
+    avoided worker that still reports (not hung) keeps its claim, so the partition is first
+    unassigned and moves only once that worker released it. Dropping the claim would rely on
+    fencing the worker, and a live worker fenced a while ago may have started a new producer
+    since (a CI chaos run saw two writers for 0.8 s and 630 duplicates that way).
     """
     counts: dict[str, int] = {w: 0 for w in workers}
     for owner in desired.values():
@@ -131,6 +137,12 @@ def steer(
         counts[owner] -= 1
         counts[target] = counts.get(target, 0) + 1
         new_desired[key] = target
-    new_written = {k: (None if w is not None and w in avoid.get(k, frozenset()) else w) for k, w in written.items()}
-    new_holding = {w: frozenset(k for k in keys if w not in avoid.get(k, frozenset())) for w, keys in holding.items()}
+
+    def dropped(key: K, worker: str) -> bool:
+        if worker not in avoid.get(key, frozenset()):
+            return False
+        return clean is None or not clean(key) or worker in hung_set
+
+    new_written = {k: (None if w is not None and dropped(k, w) else w) for k, w in written.items()}
+    new_holding = {w: frozenset(k for k in keys if not dropped(k, w)) for w, keys in holding.items()}
     return new_desired, new_written, new_holding
