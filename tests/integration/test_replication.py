@@ -83,6 +83,14 @@ def test_adding_a_topic_disturbs_no_other_and_removing_stops_it(
     try:
         fleet.api().add_topic(steady)
         assert wait_until(lambda: all(n > 0 for n in copied_counts(dst, steady, 4).values()), 30)
+
+        def settled() -> bool:
+            # w1 may start copying before w2 registered: the spread onto w2 is a hand-over
+            # (written unowned, then to w2), and must be over before the comparison starts.
+            owners = fleet.api().call("GET", "/assignment")
+            return len(owners) == 4 and None not in owners.values() and len(set(owners.values())) == 2
+
+        assert wait_until(settled, 60), fleet.api().call("GET", "/assignment")
         before = fleet.api().call("GET", "/assignment")
 
         started = time.monotonic()
