@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 
 # confluent-kafka re-exports these without listing them in __all__, which strict mypy rejects.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -28,7 +28,6 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from strait import clients
 from strait.controller.topicconfig import overrides
 from strait.demo import create_topic, wait_until
-from strait.offsetmap.codec import map_topic
 from strait.sandbox import Sandbox
 from tests.integration.test_replication import FleetFactory, make_fleet, uid
 
@@ -124,25 +123,3 @@ def test_source_setting_changes_reach_the_destination_but_excluded_keys_do_not(
         line for line in metrics.splitlines() if line.startswith('strait_topic_config_changes_total{route="main"}')
     ]
     assert changes and float(changes[0].split()[-1]) >= 2, changes
-
-    # The route's offset map keeps its runs as long as the data: its retention.ms follows the
-    # longest retention of the route's destination topics (here the one topic's 2 hours).
-    producer = Producer(src)
-    for n in range(20):
-        producer.produce(topic, f"r{n}".encode(), partition=n % 2)
-    assert producer.flush(30) == 0
-    offset_map = map_topic("main")
-    assert wait_until(lambda: _retention(dst, offset_map) == "7200000", 120, interval_s=0.5), (
-        f"offset map retention.ms: {_retention(dst, offset_map)}"
-    )
-
-
-def _retention(props: dict[str, Any], topic: str) -> str | None:
-    admin = clients.admin(props)
-    resource = ConfigResource(ResourceType.TOPIC, topic)
-    try:
-        entries = admin.describe_configs([resource], request_timeout=15)[resource].result(timeout=20)
-    except KafkaException:
-        return None
-    entry = entries.get("retention.ms")
-    return None if entry is None else str(entry.value)

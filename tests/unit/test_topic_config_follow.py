@@ -10,7 +10,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigSource  # type: ignore[attr-defined]
 
 from strait.config import ConfigError, TopicConfigFollow, parse_config
-from strait.controller.topicconfig import TopicConfigFollower, map_retention_ms, overrides, plan_change
+from strait.controller.topicconfig import TopicConfigFollower, overrides, plan_change
 from strait.coordination.model import TopicSpec
 from strait.worker.destination import configs_to_copy
 
@@ -234,10 +234,3 @@ def test_a_destination_topic_fed_by_two_sources_is_not_followed() -> None:
     follower.round()
     follower.round()
     assert destination.topics == {"orders": {}, "t": {"retention.ms": "3"}}
-
-
-def test_the_offset_map_keeps_the_longest_retention_of_its_routes_topics() -> None:
-    assert map_retention_ms([]) is None
-    assert map_retention_ms([3_600_000]) == 3_600_000
-    assert map_retention_ms([3_600_000, 604_800_000, 86_400_000]) == 604_800_000
-    assert map_retention_ms([3_600_000, -1]) == -1  # a topic kept for ever keeps its map for ever

@@ -40,14 +40,13 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from strait import clients
 from strait.config import ALWAYS_UNFOLLOWED_CONFIGS, RouteConfig, StraitConfig
 from strait.coordination.model import TopicSpec
-from strait.offsetmap.codec import map_topic
 
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 15.0
 _MISSING = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID)
 
-__all__ = ["ALWAYS_UNFOLLOWED_CONFIGS", "Change", "TopicConfigFollower", "map_retention_ms", "overrides", "plan_change"]
+__all__ = ["ALWAYS_UNFOLLOWED_CONFIGS", "Change", "TopicConfigFollower", "overrides", "plan_change"]
 
 
 # --- pure decisions ---------------------------------------------------------------------------
@@ -92,17 +91,6 @@ def plan_change(
     wanted = {k: v for k, v in source.items() if not excluded(k) and destination.get(k) != v}
     stale = frozenset(k for k in destination if k not in source and not excluded(k))
     return Change(topic, wanted, stale)
-
-
-def map_retention_ms(retentions: Iterable[int]) -> int | None:
-    """Pure: the retention for a route's offset map, given its destination topics' effective
-    ``retention.ms``: the longest of them (-1, kept for ever, wins), so the map outlives no run
-    it might still be asked to translate and keeps every run whose records the destination still
-    holds. None when the route has no topics yet (leave the map alone)."""
-    found = list(retentions)
-    if not found:
-        return None
-    return -1 if any(r < 0 for r in found) else max(found)
 
 
 # --- state reported -----------------------------------------------------------------------------
@@ -253,25 +241,7 @@ class TopicConfigFollower:
                     change.describe(),
                 )
                 applied.append(change)
-        if route.offset_map:
-            self._follow_map_retention(route, specs)
         return applied
-
-    def _follow_map_retention(self, route: RouteConfig, specs: list[TopicSpec]) -> None:
-        """The route's offset map (``__strait_offsets.<route>``) keeps its runs as long as the
-        data they translate: its ``retention.ms`` is set to the longest of the destination topics'."""
-        names = {s.destination_topic for s in specs}
-        effective = self._effective(route.destination, [*names, map_topic(route.name)], "retention.ms")
-        wanted = map_retention_ms(v for t, v in effective.items() if t in names)
-        current = effective.get(map_topic(route.name))
-        if wanted is None or current is None or current == wanted:
-            return  # no topics yet, or no map yet (the first worker creates it), or already right
-        entry = ConfigEntry("retention.ms", str(wanted), incremental_operation=AlterConfigOpType.SET)
-        error = self._alter(route.destination, map_topic(route.name), [entry])
-        if error is None:
-            log.info("route %s: offset map %s keeps %s ms, as its data", route.name, map_topic(route.name), wanted)
-        else:
-            log.warning("route %s: cannot set the offset map's retention.ms to %s: %s", route.name, wanted, error)
 
     def _admin(self, cluster: str) -> Any:
         admin = self._admins.get(cluster)
@@ -292,23 +262,6 @@ class TopicConfigFollower:
                     continue
                 raise
             found[resource.name] = overrides(entries.values())
-        return found
-
-    def _effective(self, cluster: str, topics: Iterable[str], key: str) -> dict[str, int]:
-        """Each existing topic's effective value of the integer setting ``key`` (defaults included)."""
-        resources = [ConfigResource(ResourceType.TOPIC, t) for t in sorted(set(topics))]
-        futures = self._admin(cluster).describe_configs(resources, request_timeout=TIMEOUT_S)
-        found: dict[str, int] = {}
-        for resource, future in futures.items():
-            try:
-                entries = clients.admin_result(future, TIMEOUT_S, f"configs of {resource.name} on {cluster}")
-            except KafkaException as exc:
-                if exc.args[0].code() in _MISSING:
-                    continue
-                raise
-            entry = entries.get(key)
-            if entry is not None and entry.value is not None:
-                found[resource.name] = int(entry.value)
         return found
 
     def _apply(self, route: RouteConfig, change: Change) -> str | None:
