@@ -20,13 +20,18 @@ def plot(doc: dict[str, Any], results_dir: Path) -> Path | None:
     colors = {"strait": "tab:blue", "mm2": "tab:orange"}
     label = {"strait": "Strait", "mm2": "MirrorMaker 2"}
     if scenario == "throughput":
-        keys = [(q["size"], q["compression"], q["parallelism"]) for q in doc["ratios"]]
-        xs = range(len(keys))
+        ratios = doc["ratios"]
+        xs = range(len(ratios))
         width = 0.4
         for i, system in enumerate(("strait", "mm2")):
-            values = [q.get(f"{system}_records_per_s") or 0 for q in doc["ratios"]]
+            values = [q.get(f"{system}_records_per_s") or 0 for q in ratios]
             ax.bar([x + (i - 0.5) * width for x in xs], values, width, label=label[system], color=colors[system])
-        ax.set_xticks(list(xs), [f"{s} B\n{c}\nx{p}" for s, c, p in keys], fontsize=8)
+        ticks = [
+            f"{q['size']} B\n{q['compression']}\nx{q['parallelism']}\n"
+            f"{q.get('copy', 'record')}/{q.get('mm2_profile', 'default')}"
+            for q in ratios
+        ]
+        ax.set_xticks(list(xs), ticks, fontsize=7)
         ax.set_ylabel("records/s")
         ax.set_title("Throughput of a full copy (higher is better)")
     elif scenario == "latency":

@@ -84,6 +84,7 @@ def _throughput_md(doc: dict[str, Any]) -> list[str]:
             r["parallelism"],
             r["system"],
             r.get("copy", ""),
+            r.get("mm2_profile", ""),
             r.get("repeat", 0),
         ),
     ):
@@ -92,7 +93,7 @@ def _throughput_md(doc: dict[str, Any]) -> list[str]:
                 f"{r['size']} B",
                 r["compression"],
                 str(r["parallelism"]),
-                _strait_copy(r) if r["system"] == "strait" else "MM2",
+                _strait_copy(r) if r["system"] == "strait" else _mm2_profile(r),
                 str(r.get("repeat", 0) + 1),
                 _n(r.get("records")),
                 _n(r.get("records_per_s")),
@@ -126,6 +127,7 @@ def _throughput_md(doc: dict[str, Any]) -> list[str]:
             q["compression"],
             str(q["parallelism"]),
             q.get("copy", "record"),
+            q.get("mm2_profile", "default"),
             _n(q.get("strait_records_per_s")),
             _n(q.get("mm2_records_per_s")),
             _n(q.get("records_per_s"), 2),
@@ -142,6 +144,7 @@ def _throughput_md(doc: dict[str, Any]) -> list[str]:
             "compr.",
             "workers / tasks",
             "Strait copy",
+            "MM2 profile",
             "Strait rec/s",
             "MM2 rec/s",
             "records/s ratio (means)",
@@ -354,6 +357,18 @@ def _span(values: Sequence[float | None], digits: int = 2) -> str:
     return _n(low, digits) if low == high else f"{_n(low, digits)} to {_n(high, digits)}"
 
 
+def _profile_settings(profile: str) -> str:
+    from strait.bench.mirrormaker import profile_properties
+
+    return ", ".join(f"`{key}={value}`" for key, value in profile_properties(profile).items())
+
+
+def _mm2_profile(run: dict[str, Any]) -> str:
+    """MirrorMaker 2's label in a throughput row: with its profile when it is not the default."""
+    profile = run.get("mm2_profile", "default")
+    return "MM2" if profile == "default" else f"MM2 ({profile})"
+
+
 def _strait_copy(run: dict[str, Any]) -> str:
     """Strait's label in a throughput row: with its copy mode when the run chose one."""
     return f"Strait ({run['copy']})" if run.get("copy") else "Strait"
@@ -429,7 +444,10 @@ def render_markdown(results: dict[str, dict[str, Any]]) -> str:
         "`IdentityReplicationPolicy` (same topic names as Strait), `tasks.max` = Strait's worker count, heap 512 MB, "
         "heartbeats / checkpoints / offset-syncs / config and ACL sync off (work Strait does not do), "
         "`refresh.topics.interval.seconds=5`, `scheduled.rebalance.max.delay.ms=10000` (default 300000: with the "
-        "default a dead node's tasks wait 5 minutes), producer and consumer defaults otherwise.",
+        "default a dead node's tasks wait 5 minutes), producer compression = the source topic's codec, producer "
+        "and consumer defaults otherwise (profile `default`).",
+        "- **MirrorMaker 2, profile `tuned`** (`strait bench throughput --mm2-profile default,tuned`), what a careful "
+        "operator would set for throughput on top of the above: " + _profile_settings("tuned") + ".",
         "- **Strait**: one controller and N worker processes (`python -m strait controller|worker`) from one YAML "
         "config, ZooKeeper session timeout 10 s, topics added through the REST API with `start: earliest`.",
         "",

@@ -96,6 +96,11 @@ def throughput(
     partitions: int = typer.Option(8, help="Partitions of the source topic."),
     repeats: int = typer.Option(1, help="Repeat the whole matrix (system order alternates each time)."),
     copy: str = typer.Option("record", "--copy", help="Strait's route copy modes: record, batch (comma-separated)."),
+    mm2_profile: str = typer.Option(
+        "default",
+        "--mm2-profile",
+        help="MirrorMaker 2 settings: default, tuned (comma-separated; the tuned ones are listed in BENCHMARKS.md).",
+    ),
     systems: str = _SYSTEMS,
     results_dir: Path = _RESULTS,
     markdown: Path = _MARKDOWN,
@@ -121,9 +126,20 @@ def throughput(
                 partitions=partitions,
                 repeats=repeats,
                 copies=_copies(copy),
+                mm2_profiles=_mm2_profiles(mm2_profile),
             )
         ],
     )
+
+
+def _mm2_profiles(value: str) -> list[str]:
+    from strait.bench.mirrormaker import MM2_PROFILES
+
+    profiles = _words(value)
+    wrong = [p for p in profiles if p not in MM2_PROFILES]
+    if wrong or not profiles:
+        raise typer.BadParameter(f"--mm2-profile takes {', '.join(MM2_PROFILES)}, not {', '.join(wrong) or 'none'}")
+    return profiles
 
 
 def _copies(value: str) -> list[str]:
@@ -425,6 +441,7 @@ def chaos(
     duration: str = typer.Option("30m", help="How long faults and load go on: 30m, 180s, 1h."),
     seed: int = typer.Option(1, help="Seed of the fault schedule: the same seed replays the same faults."),
     delivery: str = typer.Option("at-least-once", help="The route's delivery: at-least-once or exactly-once."),
+    copy: str | None = typer.Option(None, "--copy", help="The route's copy mode: record or batch (default: its own)."),
     brokers: int = typer.Option(3, help="Brokers per cluster (broker faults need 3)."),
     workers: int = typer.Option(3, help="Worker processes."),
     controllers: int = typer.Option(2, help="Controller processes."),
@@ -446,6 +463,8 @@ def chaos(
 
     if delivery not in ("at-least-once", "exactly-once"):
         raise typer.BadParameter("use at-least-once or exactly-once", param_hint="--delivery")
+    if copy not in (None, "record", "batch"):
+        raise typer.BadParameter("use record or batch", param_hint="--copy")
     options = ChaosOptions(
         duration_s=_duration(duration),
         seed=seed,
@@ -456,6 +475,7 @@ def chaos(
         hog=hog,
         rate_per_partition=rate,
         catchup_timeout_s=catchup_timeout,
+        copy=None if copy is None else ("batch" if copy == "batch" else "record"),
     )
     root = (workdir or Path(tempfile.mkdtemp(prefix="strait-chaos-"))).resolve()
     typer.echo(f"chaos work folder (sandbox and process logs): {root}")

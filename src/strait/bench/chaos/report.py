@@ -15,10 +15,13 @@ PATTERN = "chaos-*.json"
 
 
 def result_name(doc: Mapping[str, Any]) -> str:
-    """`chaos-<delivery>-<duration>-seed<N>.json`: a rerun of the same run replaces its file."""
+    """`chaos-<delivery>[-<copy>]-<duration>-seed<N>.json`: a rerun of the same run replaces its file
+    (the copy mode is named when the run chose one)."""
     seconds = int(doc["duration_s"])
     duration = f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
-    return f"chaos-{doc['delivery']}-{duration}-seed{doc['seed']}.json"
+    copy = (doc.get("params") or {}).get("copy")
+    mode = f"-{copy}" if copy else ""
+    return f"chaos-{doc['delivery']}{mode}-{duration}-seed{doc['seed']}.json"
 
 
 def save(result: Mapping[str, Any], results_dir: Path, *, machine: Mapping[str, Any], command: str) -> Path:
@@ -202,11 +205,16 @@ def _timeline(d: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _copy(d: Mapping[str, Any]) -> str:
+    copy = (d.get("params") or {}).get("copy")
+    return f" (copy: {copy})" if copy else ""
+
+
 def _run(d: Mapping[str, Any]) -> list[str]:
     shape, catch_up, load = d["shape"], d["catch_up"], d["load"]
     avg = d.get("load_average", {})
     lines = [
-        f"## {d['delivery']}, {_minutes(d['duration_s'])}, seed {d['seed']}: {_verdict(d)}",
+        f"## {d['delivery']}{_copy(d)}, {_minutes(d['duration_s'])}, seed {d['seed']}: {_verdict(d)}",
         "",
         f"Command: `{d.get('command')}` — finished {d.get('finished_at')}.",
         "",

@@ -60,6 +60,8 @@ class ChaosOptions:
     session_timeout_s: float = 6.0
     catchup_timeout_s: float = 300.0
     kinds: frozenset[FaultKind] = frozenset(KINDS)
+    # The route's `copy` (record, batch); None leaves the route's default.
+    copy: Literal["record", "batch"] | None = None
 
     def schedule_params(self, brokers: int) -> ScheduleParams:
         return ScheduleParams(
@@ -147,6 +149,7 @@ class _Run:
                     "destination": "dst",
                     "delivery": o.delivery,
                     "replication_factor": self.replicas,
+                    **({"copy": o.copy} if o.copy is not None else {}),
                 }
             ],
             workdir=self.workdir / "fleet",

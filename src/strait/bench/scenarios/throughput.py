@@ -1,4 +1,11 @@
-"""Throughput: copy a pre-filled topic; records/s, MB/s, CPU seconds per GB and peak RSS."""
+"""Throughput: copy a pre-filled topic; records/s, MB/s, CPU seconds per GB and peak RSS.
+
+Timing: the destination's record count (sum of end offsets) is polled every ``POLL_S`` (10 ms)
+from before the replicator starts. A batch copy of 200,000 records can take about 0.1 s, so the
+rate is taken between the first poll that saw records and the first that saw them all, counting
+only the records that arrived in between (``records - first_count``); a copy that lands whole
+between two polls is timed by those two polls and flagged ``resolution_limited`` (a lower bound).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from confluent_kafka import KafkaException
 
 from strait.bench import reader, workload
 from strait.bench.markdown import missing_words
+from strait.bench.mirrormaker import profile_properties
 from strait.bench.procstat import ProcessMeter
 from strait.bench.replicator import Replicator
 from strait.bench.scenarios.harness import (
@@ -25,6 +33,9 @@ from strait.bench.scenarios.harness import (
     verdict,
 )
 
+# Destination polls while a copy runs: a batch copy of 200,000 records can take about 0.1 s.
+POLL_S = 0.01
+
 
 def throughput(
     bench: Bench,
@@ -37,29 +48,43 @@ def throughput(
     repeats: int = 1,
     timeout_s: float = 600.0,
     copies: Sequence[str] = ("record",),
+    mm2_profiles: Sequence[str] = ("default",),
 ) -> dict[str, Any]:
     """Copy a pre-filled topic; records/s, MB/s, CPU seconds per GB and peak RSS of the replicator.
 
-    ``copies``: Strait's route ``copy`` modes to run (record, batch), each next to the same MM2 run.
+    ``copies``: Strait's route ``copy`` modes to run (record, batch); ``mm2_profiles``: MirrorMaker
+    2's settings (default, tuned: :data:`strait.bench.mirrormaker.MM2_PROFILES`), each compared
+    with each Strait mode in the same run.
     """
+    for name in mm2_profiles:
+        profile_properties(name)  # an unknown profile fails before any run
     runs: list[dict[str, Any]] = []
     for repeat in range(repeats):
         for size in sizes:
             for compression in compressions:
                 for workers in parallelism:
-                    for system, copy in _systems(bench.order(repeat), copies):
-                        mode = f" copy {copy}" if copy else ""
+                    for system, copy, profile in _systems(bench.order(repeat), copies, mm2_profiles):
+                        mode = f" copy {copy}" if copy else f" profile {profile}" if profile else ""
                         bench.log(
                             f"throughput: {system}{mode} x{workers}, {records:,} records of {size} B, "
                             f"compression {compression} (repeat {repeat + 1}/{repeats})"
                         )
                         run = _throughput_run(
-                            bench, system, workers, size, compression, records, partitions, timeout_s, copy=copy
+                            bench,
+                            system,
+                            workers,
+                            size,
+                            compression,
+                            records,
+                            partitions,
+                            timeout_s,
+                            copy=copy,
+                            mm2_profile=profile,
                         )
                         run["repeat"] = repeat
                         runs.append(run)
                         bench.log(f"  -> {_fmt_throughput(run)}")
-    ratios = throughput_ratios(runs, sizes, compressions, parallelism, copies)
+    ratios = throughput_ratios(runs, sizes, compressions, parallelism, copies, mm2_profiles)
     return {
         "scenario": "throughput",
         "params": {
@@ -70,15 +95,23 @@ def throughput(
             "partitions": partitions,
             "repeats": repeats,
             "copies": list(copies),
+            "mm2_profiles": list(mm2_profiles),
+            "mm2_profile_settings": {p: profile_properties(p) for p in mm2_profiles},
         },
         "runs": runs,
         "ratios": ratios,
     }
 
 
-def _systems(order: Sequence[str], copies: Sequence[str]) -> list[tuple[str, str | None]]:
-    """(system, Strait copy mode) in the run order; MM2 has no copy mode."""
-    return [(system, copy) for system in order for copy in (copies if system == "strait" else [None])]
+def _systems(
+    order: Sequence[str], copies: Sequence[str], profiles: Sequence[str] = ("default",)
+) -> list[tuple[str, str | None, str | None]]:
+    """(system, Strait copy mode, MM2 profile) in the run order: Strait has no profile, MM2 no copy mode."""
+    return [
+        (system, copy, profile)
+        for system in order
+        for copy, profile in ([(c, None) for c in copies] if system == "strait" else [(None, p) for p in profiles])
+    ]
 
 
 def throughput_ratios(
@@ -87,23 +120,30 @@ def throughput_ratios(
     compressions: Sequence[str],
     parallelism: Sequence[int],
     copies: Sequence[str] = ("record",),
+    profiles: Sequence[str] = ("default",),
 ) -> list[dict[str, Any]]:
-    """Strait / MM2 per configuration and Strait copy mode: of the mean over repeats, and
-    records/s of each system's best run. A run without a copy mode copied records."""
+    """Strait / MM2 per configuration, Strait copy mode and MM2 profile: of the mean over repeats,
+    and records/s of each system's best run. A run without a copy mode copied records, one
+    without a profile ran MirrorMaker's defaults."""
     rows = []
     for size in sizes:
         for compression in compressions:
-            for workers, copy in [(w, c) for w in parallelism for c in copies]:
+            for workers, copy, profile in [(w, c, p) for w in parallelism for c in copies for p in profiles]:
                 config = (size, compression, workers)
 
                 def values(
-                    system: str, metric: str, config: tuple[int, str, int] = config, copy: str = copy
+                    system: str,
+                    metric: str,
+                    config: tuple[int, str, int] = config,
+                    copy: str = copy,
+                    profile: str = profile,
                 ) -> list[float]:
                     return [
                         r[metric]
                         for r in runs
                         if (r["system"], r["size"], r["compression"], r["parallelism"]) == (system, *config)
                         and (system != "strait" or r.get("copy", "record") == copy)
+                        and (system != "mm2" or r.get("mm2_profile", "default") == profile)
                         and r.get(metric) is not None
                     ]
 
@@ -116,6 +156,7 @@ def throughput_ratios(
                         "compression": compression,
                         "parallelism": workers,
                         "copy": copy,
+                        "mm2_profile": profile,
                         "strait_records_per_s": avg("strait", "records_per_s"),
                         "mm2_records_per_s": avg("mm2", "records_per_s"),
                         "records_per_s": ratio(avg("strait", "records_per_s"), avg("mm2", "records_per_s")),
@@ -152,21 +193,35 @@ def _throughput_run(
     *,
     delivery: str | None = None,
     copy: str | None = None,
+    mm2_profile: str | None = None,
 ) -> dict[str, Any]:
     """One full copy. With ``delivery`` (Strait's route setting) the copy counts only once the
     records are visible to a ``read_committed`` reader, and the verifier reads ``read_committed``.
-    ``copy``: Strait's route copy mode (batch or record)."""
-    label = [system, workers, size, compression] + ([delivery] if delivery else []) + ([copy] if copy else [])
+    ``copy``: Strait's route copy mode (batch or record); ``mm2_profile``: MirrorMaker 2's
+    settings (:data:`strait.bench.mirrormaker.MM2_PROFILES`)."""
+    label = (
+        [system, workers, size, compression]
+        + ([delivery] if delivery else [])
+        + ([copy] if copy else [])
+        + ([mm2_profile] if mm2_profile and mm2_profile != "default" else [])
+    )
     run_dir = bench.run_dir(topic_name("throughput", *label))
     topic = topic_name("tp", uuid.uuid4().hex[:6], size, compression, system, workers)
     workload.create_topics(bench.src, [topic], partitions)
     expected = workload.prefill(bench.src, topic, partitions, records, size, compression=compression)
     replicator = bench.replicator(
-        system, run_dir, parallelism=workers, compression=compression, delivery=delivery, strait_copy=copy
+        system,
+        run_dir,
+        parallelism=workers,
+        compression=compression,
+        delivery=delivery,
+        strait_copy=copy,
+        mm2_extra=profile_properties(mm2_profile) if system == "mm2" and mm2_profile else None,
     )
     result: dict[str, Any] = {
         **({"delivery": delivery} if delivery else {}),
         **({"copy": copy} if copy else {}),
+        **({"mm2_profile": mm2_profile} if system == "mm2" and mm2_profile else {}),
         "system": system,
         "parallelism": workers,
         "size": size,
@@ -194,25 +249,13 @@ def _throughput_run(
         finally:
             watch.stop.set()
             watch.join()
-        first, done = watch.first, watch.done
-        if first is None or done is None:
+        timing = copy_timing(watch.timeline, records, size)
+        if timing is None:
             seen = watch.timeline[-1][1] if watch.timeline else 0
             result["error"] = f"copy incomplete after {timeout_s:.0f}s ({seen} records)"
         else:
-            copy_s = max(done[0] - first[0], 1e-3)
-            cpu_copy = done[1] - first[1]
-            result.update(
-                startup_s=round(first[0] - watch.started, 2),
-                copy_s=round(copy_s, 2),
-                total_s=round(done[0] - watch.started, 2),
-                records_per_s=round(records / copy_s, 1),
-                mb_per_s=round(records * size / copy_s / 1e6, 2),
-                cpu_s_copy=round(cpu_copy, 2),
-                cpu_s_total=round(done[1], 2),
-                cpu_s_per_gb=round(cpu_copy / (records * size / 1e9), 1),
-                first_count=watch.first_count,
-            )
-        # Every 100 ms is needed to time the copy, not to draw it: keep about 100 points per run.
+            result.update(timing)
+        # Every poll is needed to time the copy, not to draw it: keep about 100 points per run.
         result["timeline"] = watch.timeline[:: max(1, len(watch.timeline) // 100)]
         arrivals = reader.read(
             bench.dst,
@@ -230,8 +273,44 @@ def _throughput_run(
     return result
 
 
+def copy_timing(timeline: Sequence[tuple[float, int, float]], records: int, size: int) -> dict[str, Any] | None:
+    """Rate and CPU of a copy from its polls ``(seconds since the watch started, records at the
+    destination, replicator CPU seconds)``; None if the copy never completed (see the module doc).
+
+    Timed from the first poll that saw records to the first that saw all of them, over the records
+    that arrived in between. A copy that landed whole between two polls is timed by those two
+    polls: its rate and CPU figures are bounds (``resolution_limited``).
+    """
+    first = next((i for i, (_, count, _) in enumerate(timeline) if count > 0), None)
+    done = next((i for i, (_, count, _) in enumerate(timeline) if count >= records), None)
+    if first is None or done is None:
+        return None
+    limited = done == first
+    start = first - 1 if limited else first
+    # Before the first poll of all: the watch's start (time 0, no CPU yet).
+    t0, count0, cpu0 = timeline[start] if start >= 0 else (0.0, 0, 0.0)
+    t1, _, cpu1 = timeline[done]
+    span = max(t1 - t0, 1e-3)
+    counted = records - count0
+    cpu = cpu1 - cpu0
+    return {
+        "startup_s": round(timeline[first][0], 2),
+        "copy_s": round(span, 3),
+        "total_s": round(t1, 2),
+        "records_per_s": round(counted / span, 1),
+        "mb_per_s": round(counted * size / span / 1e6, 2),
+        "cpu_s_copy": round(cpu, 2),
+        "cpu_s_total": round(cpu1, 2),
+        "cpu_s_per_gb": round(cpu / (counted * size / 1e9), 1),
+        "first_count": timeline[first][1],
+        "timed_records": counted,
+        "polls_in_copy": done - start,
+        "resolution_limited": limited,
+    }
+
+
 class _CopyWatch(threading.Thread):
-    """Polls the destination's record count and the replicator's CPU every 100 ms until the copy is complete."""
+    """Polls the destination's record count and the replicator's CPU every ``POLL_S`` until the copy is complete."""
 
     def __init__(self, counter: DestinationCount, replicator: Replicator, records: int) -> None:
         super().__init__(name="copy-watch", daemon=True)
@@ -248,19 +327,21 @@ class _CopyWatch(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
+            asked = time.monotonic()
             try:
                 count = self.counter.count()
             except KafkaException:
                 # A slow metadata answer on a busy machine: skip this poll rather than end the watch.
-                self.stop.wait(0.1)
+                self.stop.wait(POLL_S)
                 continue
             now = time.monotonic()
             cpu = self.meter.sample(self.replicator.pids())
-            self.timeline.append((round(now - self.started, 3), count, round(cpu, 2)))
+            # The count is of some moment during the request: its middle stands for it.
+            self.timeline.append((round((asked + now) / 2 - self.started, 4), count, round(cpu, 3)))
             if self.first is None and count > 0:
                 self.first = (now, cpu)
                 self.first_count = count
             if count >= self.records:
                 self.done = (now, cpu)
                 return
-            self.stop.wait(0.1)
+            self.stop.wait(POLL_S)
