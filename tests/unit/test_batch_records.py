@@ -194,3 +194,16 @@ def test_varint_round_trip(value: int) -> None:
     buf = bytearray()
     encode_varint(value, buf.append)
     assert rb.read_varint(bytes(buf) + b"\xff", 0) == (value, len(buf))
+
+
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.GZIP, Codec.LZ4, Codec.ZSTD])
+def test_tail_of_a_batch_is_encoded_again_with_its_codec(codec: Codec) -> None:
+    # A copy that starts inside a batch (a checkpoint record mode left there) re-encodes the
+    # batch's tail once; lz4 and zstd need their libraries (the lz4 and zstandard packages),
+    # without which such a partition stayed in record mode.
+    raw = build(1000, 10, codec=int(codec))
+    [batch] = split_batches(raw).batches
+    tail = rb.tail_batch(batch, 1004)
+    assert tail.codec is codec and tail.base_offset == 1004 and tail.record_count == 6
+    assert tail.crc_ok()
+    assert decoded(tail.data) == decoded(raw)[4:]
