@@ -329,6 +329,9 @@ class ControllerConfig(_Model):
     refresh_interval_s: float = Field(default=10.0, gt=0)
     # Workers that left (or died) stay listed this long, then are forgotten.
     forget_left_workers_s: float = Field(default=3600.0, gt=0)
+    # POST /topics/{topic} asks the source this long for a topic it does not know yet (one created
+    # a moment ago reaches the brokers' metadata asynchronously) before answering 404.
+    new_topic_wait_s: float = Field(default=5.0, ge=0)
     # HTTPS for the REST API, the dashboard and /metrics (and the workers' /metrics).
     tls: TlsConfig | None = None
 

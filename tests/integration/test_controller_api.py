@@ -44,7 +44,14 @@ def api(sandbox: Sandbox) -> Iterator[TestClient]:
         environ={},
     )
     store = connect(connect=config.zookeeper.connect, root=config.zookeeper.root)
-    service = ControllerService(config=config, store=store, metadata=SourceMetadata(config.clusters), controller_id="t")
+    # A short wait for topics the source does not know (the 404 case below).
+    service = ControllerService(
+        config=config,
+        store=store,
+        metadata=SourceMetadata(config.clusters),
+        controller_id="t",
+        new_topic_wait_s=1.0,
+    )
     with TestClient(create_app(service, api_token=TOKEN)) as client:
         yield client
     store.close()
@@ -79,6 +86,17 @@ def test_add_is_201_then_200_then_409(api: TestClient, topic: str) -> None:
     assert [(t["route"], t["topic"], t["state"]) for t in listed] == [("one", topic, "waiting-for-workers")]
     detail = api.get(f"/topics/{topic}", params={"route": "one"}).json()
     assert [p["partition"] for p in detail["partition_detail"]] == [0, 1, 2]
+
+
+def test_a_topic_created_a_moment_ago_is_added_and_listed_at_once(api: TestClient, sandbox: Sandbox) -> None:
+    name = f"api-new-{uuid.uuid4().hex[:6]}"
+    # Created and added straight away, as the demo does: the source's brokers may not list it yet.
+    create_topic(sandbox.clusters["src"].props(), name, partitions=2)
+    created = api.post(f"/topics/{name}", json={"route": "one"}, headers=AUTH)
+    assert created.status_code == 201, created.text
+    detail = api.get(f"/topics/{name}")
+    assert detail.status_code == 200, detail.text
+    assert detail.json()["state"] == "waiting-for-workers" and detail.json()["partitions"] == 2
 
 
 @pytest.mark.parametrize(

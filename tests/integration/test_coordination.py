@@ -6,6 +6,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -217,3 +218,41 @@ def test_a_worker_whose_session_expires_stops_copying_and_registers_again(sandbo
     finally:
         agent.request_drain()
         leader.close()
+
+
+class ReadCounter:
+    """Counts the ZooKeeper reads a store's client sends (get, get_children, exists, get_async)."""
+
+    METHODS = ("get", "get_children", "exists", "get_async")
+
+    def __init__(self, store: CoordinationStore) -> None:
+        self.reads = 0
+        client = store._client  # type: ignore[attr-defined]
+        for name in self.METHODS:
+            setattr(client, name, self._counted(getattr(client, name)))
+
+    def _counted(self, method: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.reads += 1
+            return method(*args, **kwargs)
+
+        return call
+
+    def take(self) -> int:
+        reads, self.reads = self.reads, 0
+        return reads
+
+
+def test_a_workers_pick_up_reads_the_specs_of_its_new_topics_only(stores: list[CoordinationStore]) -> None:
+    leader, worker = stores
+    for n in range(40):
+        leader.create_topic(TopicSpec(route="main", topic=f"t{n:02d}", destination_topic=f"t{n:02d}", partitions=2))
+    counter = ReadCounter(worker)
+    specs = worker.topic_specs({("main", "t07"), ("main", "t31"), ("main", "gone")})
+    assert sorted(specs) == [("main", "t07"), ("main", "t31")]
+    assert specs[("main", "t07")].partitions == 2
+    # One read per topic asked for, whatever else the cluster replicates; the whole listing
+    # reads every topic (what a pick-up used to cost).
+    assert counter.take() == 3
+    assert len(worker.topics()) == 40
+    assert counter.take() == 2 + 40

@@ -2,15 +2,17 @@
 
 `plan_topic_updates` is pure: from the source's topic listing and the stored topic specs it
 derives the specs to write (topics picked up by a route's patterns, partition counts that
-grew). `SourceMetadata` is the I/O edge that lists a cluster's topics.
+grew). `await_topic` is the pure wait for a topic created a moment ago. `SourceMetadata` is the
+I/O edge that lists a cluster's topics, or describes one of them.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 
 from strait import clients
 from strait.access_errors import explain
@@ -106,6 +108,35 @@ def plan_topic_updates(
     return updates
 
 
+# A topic created a moment ago is not in every broker's metadata yet (KRaft brokers learn of it
+# asynchronously, later on a loaded machine): asked for by name, it is asked for again this
+# often, then less often, until the caller's patience runs out.
+_FIRST_ASK_AGAIN_S = 0.05
+_LAST_ASK_AGAIN_S = 0.5
+
+
+def await_topic(
+    ask: Callable[[], int | None],
+    within_s: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int | None:
+    """``ask()`` (a topic's partition count, None while unknown) until it answers or ``within_s``
+    passed; None if the topic stayed unknown. Asked at least once, and once more at the end."""
+    deadline = clock() + within_s
+    delay = _FIRST_ASK_AGAIN_S
+    while True:
+        partitions = ask()
+        if partitions is not None:
+            return partitions
+        left = deadline - clock()
+        if left <= 0:
+            return None
+        sleep(min(delay, left))
+        delay = min(_LAST_ASK_AGAIN_S, delay * 2)
+
+
 class SourceMetadata:
     """Lists topics and partition counts of the configured clusters (one admin client each)."""
 
@@ -114,12 +145,17 @@ class SourceMetadata:
         self._timeout_s = timeout_s
         self._admins: dict[str, object] = {}
 
-    def topics(self, cluster: str) -> dict[str, int]:
-        """Topic name -> partition count on `cluster`."""
+    def _admin(self, cluster: str) -> object:
         admin = self._admins.get(cluster)
         if admin is None:
-            admin = clients.admin(self._clusters[cluster])
+            # A metadata request naming a topic must never create it on the source.
+            admin = clients.admin(self._clusters[cluster], **{"allow.auto.create.topics": False})
             self._admins[cluster] = admin
+        return admin
+
+    def topics(self, cluster: str) -> dict[str, int]:
+        """Topic name -> partition count on `cluster` (the whole listing: the periodic refresh)."""
+        admin = self._admin(cluster)
         try:
             metadata = admin.list_topics(timeout=self._timeout_s)  # type: ignore[attr-defined]
         except KafkaException as exc:
@@ -135,5 +171,21 @@ class SourceMetadata:
         }
 
     def partition_count(self, cluster: str, topic: str) -> int | None:
-        """Partitions of one topic, or None when it does not exist on `cluster`."""
-        return self.topics(cluster).get(topic)
+        """Partitions of one topic, or None when it does not exist on `cluster`.
+
+        Only that topic is described (DescribeTopics, which never creates one): the REST API adds
+        topics one at a time, and a source with thousands of topics must not be listed for each.
+        """
+        admin = self._admin(cluster)
+        try:
+            future = admin.describe_topics(  # type: ignore[attr-defined]
+                TopicCollection([topic]), request_timeout=self._timeout_s
+            )[topic]
+            description = clients.admin_result(future, self._timeout_s + 1, f"describing {topic}")
+        except KafkaException as exc:
+            if exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID):
+                return None
+            admin.poll(0)  # type: ignore[attr-defined]
+            cause = explain(self._clusters[cluster], exc, topic)
+            raise MetadataUnavailable(f"cannot describe topic {topic!r} of cluster {cluster!r}: {cause}") from exc
+        return len(description.partitions)

@@ -23,7 +23,7 @@ from strait.controller.handover import plan_handover
 from strait.controller.invariants import pool_violations
 from strait.controller.rates import RateTracker
 from strait.controller.roster import gone_workers_to_forget
-from strait.coordination.model import ClusterSnapshot, LeaderInfo, PartitionKey, SessionState
+from strait.coordination.model import ClusterSnapshot, LeaderInfo, PartitionKey, SessionState, describe_keys
 from strait.coordination.store import CoordinationStore, StoreUnavailable
 from strait.metrics.healing import steer
 from strait.metrics.observatory import Steering
@@ -255,11 +255,13 @@ class Controller:
         if dict(plan) != dict(written):
             if self.store.write_assignment(plan, snapshot.assignment.version):
                 moved = sum(1 for k, w in plan.items() if written.get(k) != w)
+                started = [k for k, w in plan.items() if w is not None and written.get(k) is None]
                 log.info(
-                    "assignment written: %d partitions on %d workers, %d changed",
+                    "assignment written: %d partitions on %d workers, %d changed%s",
                     len(plan),
                     len(assignable),
                     moved + sum(1 for k in written if k not in plan),
+                    f"; owned now: {describe_keys(started)}" if started else "",
                 )
             else:
                 self.wake()  # lost a race: decide again from a fresh snapshot

@@ -79,7 +79,12 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
     )
     observatory.on_heal = controller.wake
     service = ControllerService(
-        config=config, store=store, metadata=metadata, controller=controller, controller_id=identity.id
+        config=config,
+        store=store,
+        metadata=metadata,
+        controller=controller,
+        controller_id=identity.id,
+        new_topic_wait_s=config.controller.new_topic_wait_s,
     )
     loop = threading.Thread(target=controller.run, name="control-loop", daemon=True)
     loop.start()

@@ -7,19 +7,28 @@ them through its watches and acts within one cycle.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from strait.config import RouteConfig, StraitConfig
-from strait.controller.discovery import MetadataUnavailable, SourceMetadata
+from strait.controller.discovery import MetadataUnavailable, SourceMetadata, await_topic
 from strait.controller.loop import Controller
 from strait.coordination.model import ClusterSnapshot, PartitionKey, Start, TopicSpec, WorkerState
 from strait.coordination.store import CoordinationStore
 from strait.metrics import figures
 
+log = logging.getLogger(__name__)
+
 # Kafka's own rule for topic names.
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+# How long `POST /topics/{topic}` keeps asking the source for a topic it does not know
+# (`controller.new_topic_wait_s`): one created a moment ago reaches the brokers' metadata
+# asynchronously (later on a loaded host), and a client that creates a topic and adds it at once
+# must not get a 404 for it.
+NEW_TOPIC_WAIT_S = 5.0
 
 
 class ServiceError(Exception):
@@ -73,12 +82,14 @@ class ControllerService:
         metadata: SourceMetadata,
         controller: Controller | None = None,
         controller_id: str = "",
+        new_topic_wait_s: float = NEW_TOPIC_WAIT_S,
     ) -> None:
         self.config = config
         self.store = store
         self.metadata = metadata
         self.controller = controller
         self.controller_id = controller_id
+        self.new_topic_wait_s = new_topic_wait_s
 
     # --- reads ---------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
@@ -188,11 +199,14 @@ class ControllerService:
         destination = route.destination_topic(topic) if request.destination_topic is None else request.destination_topic
         validate_topic_name(destination, "destination_topic")
         try:
-            partitions = self.metadata.partition_count(route.source, topic)
+            partitions = await_topic(lambda: self.metadata.partition_count(route.source, topic), self.new_topic_wait_s)
         except MetadataUnavailable as exc:
             raise Unavailable(str(exc)) from exc
         if partitions is None:
-            raise NotFound(f"topic {topic!r} does not exist on source cluster {route.source!r}")
+            raise NotFound(
+                f"topic {topic!r} does not exist on source cluster {route.source!r} "
+                f"(asked for {self.new_topic_wait_s:g}s)"
+            )
         spec = TopicSpec(
             route=route.name,
             topic=topic,
@@ -211,6 +225,8 @@ class ControllerService:
                     "remove it first to change them"
                 )
             spec = existing
+        if existing is None:
+            log.info("route %s: topic %s added through the API (%d partitions)", route.name, topic, partitions)
         if self.controller is not None:
             self.controller.wake()
         return existing is None, self._describe(spec)

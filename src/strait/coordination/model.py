@@ -57,6 +57,15 @@ def encode_keys(keys: Iterable[PartitionKey]) -> list[list[str]]:
     return [[route, topic, _ranges(sorted(set(ps)))] for (route, topic), ps in sorted(grouped.items())]
 
 
+def describe_keys(keys: Iterable[PartitionKey], limit: int = 5) -> str:
+    """Partitions for a log line: ``route/topic[0-1], ...``, the first ``limit`` topics, then
+    how many more."""
+    entries = encode_keys(keys)
+    shown = ", ".join(f"{route}/{topic}[{ranges}]" for route, topic, ranges in entries[:limit])
+    more = len(entries) - limit
+    return f"{shown} and {more} more topics" if more > 0 else shown
+
+
 def decode_keys(entries: Iterable[Any]) -> frozenset[PartitionKey]:
     """The partitions of :func:`encode_keys`' output (entries may repeat a topic: unioned).
 

@@ -24,7 +24,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -468,6 +468,11 @@ class ZooKeeperStore:
             route, topic = path.rsplit("/", 2)[-2:]
             specs[(route, topic)] = TopicSpec.from_json(route, topic, data)
         return specs
+
+    def topic_specs(self, names: Iterable[tuple[str, str]]) -> dict[tuple[str, str], TopicSpec]:
+        paths = {self._path("topics", route, topic): (route, topic) for route, topic in set(names)}
+        nodes = self._get_many(sorted(paths))
+        return {paths[path]: TopicSpec.from_json(*paths[path], data) for path, data in nodes.items()}
 
     def drain_requested(self, worker_id: str) -> bool:
         return self._call(self._client.exists, self._path("workers/drain", worker_id)) is not None

@@ -39,6 +39,7 @@ from strait.coordination.model import (
     SessionState,
     WorkerRecord,
     WorkerState,
+    describe_keys,
 )
 from strait.coordination.retry import RetryPolicy
 from strait.coordination.stats import for_zookeeper as stats_for_zookeeper
@@ -348,7 +349,7 @@ class WorkerAgent:
             self._copiers[route].assign(batch)
         self._tasks.update(tasks)
         self._publish_holding(self._held())
-        log.info("started %d partitions (now %d)", len(tasks), len(self._tasks))
+        log.info("started %d partitions (now %d): %s", len(tasks), len(self._tasks), describe_keys(tasks))
 
     def _release(self, keys: set[PartitionKey]) -> None:
         tasks = {k: self._tasks[k] for k in keys if k in self._tasks}
@@ -370,8 +371,9 @@ class WorkerAgent:
         return held
 
     def _tasks_for(self, keys: AbstractSet[PartitionKey]) -> dict[PartitionKey, PartitionTask]:
-        # Read the specs afresh: a topic removed and added again may have new settings.
-        specs = self.store.topics()
+        # Read the specs afresh (a topic removed and added again may have new settings), only
+        # those of the topics assigned just now: not every topic of every route for each pick-up.
+        specs = self.store.topic_specs({(k.route, k.topic) for k in keys})
         tasks = {}
         for key in keys:
             spec = specs.get((key.route, key.topic))
