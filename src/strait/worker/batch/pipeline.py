@@ -28,11 +28,13 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from strait.worker.batch.identities import Identities
+from strait.worker.batch.leaders import LeaderCache
 from strait.worker.batch.link import Key, Links, fetched_partitions, produced_partitions
 from strait.worker.batch.partition import BatchPartition, Sent, Verdict
-from strait.worker.batch.sequences import ProducerIdentity
+from strait.worker.batch.rtts import RoundTrips
 from strait.worker.checkpoint import AckTracker
-from strait.worker.pipeline import ACCESS_RETRY_S, REWIND_BACKOFF_S, PartitionState, PipelineSettings
+from strait.worker.pipeline import ACCESS_RETRY_S, REWIND_BACKOFF_S, PartitionState, PipelineLoop, PipelineSettings
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +46,11 @@ LEADER_CHANGED = {5, 6, 74, 75, 56}  # refresh the leader and fetch again
 RETRY_BACKOFF_S = 0.2
 RESEND_BACKOFF_S = 0.1
 GAP_SOURCE = "source"
+GAP_DESTINATION = "destination"  # the observer's name for the destination cluster's clients
 PRODUCE_TIMEOUT_MS = 30_000  # how long the destination leader waits for its replicas (acks=all)
 
 
-class BatchPipeline:
+class BatchPipeline(PipelineLoop):
     """Copies whole record batches, bit for bit apart from the producer fields of each header.
 
     ``links`` replaces the network clients (tests); it is made on the pipeline's thread otherwise.
@@ -78,9 +81,18 @@ class BatchPipeline:
         self._parts: dict[Key, BatchPartition] = {}  # current partitions, by source key
         self._leaving: list[BatchPartition] = []  # stopped, with batches still in flight
         self._draining: list[tuple[PartitionState, threading.Event]] = []
-        self._leaders: dict[tuple[str, str], dict[int, int]] = {}  # (cluster, topic) -> leaders
+        self._leaders = LeaderCache(
+            self._lookup_leaders,
+            refresh_s=RETRY_BACKOFF_S,
+            missing_topic_s=settings.missing_topic_timeout_ms / 1000,
+            clock=lambda: time.monotonic(),  # this module's clock (tests replace it)
+        )
         self._fetches: dict[int, tuple[Any, dict[Key, int], float]] = {}  # source node -> fetch
-        self._identities: list[tuple[BatchPartition, int, Any]] = []
+        self._identities = Identities(self._init_producer_id, retry_s=RETRY_BACKOFF_S)
+        # Produce round trips per destination broker, for the route's metrics (librdkafka's
+        # statistics give them in record mode).
+        stats = getattr(observer, "client_stats", None)
+        self._rtts = None if stats is None else RoundTrips(stats(GAP_DESTINATION), self._client_id)
         self._stopping = threading.Event()
         self._flush_timeout_s = 0.0
         self._unreachable: str | None = None
@@ -88,40 +100,16 @@ class BatchPipeline:
 
     # -- the Pipeline protocol (any thread) ----------------------------------------------------
 
-    def start(self) -> None:
-        """Start the loop's thread."""
-        self._thread.start()
-
     def add(self, state: PartitionState, offset: int, *, move: bool = False) -> None:
         """Start copying ``state``'s partition from exactly ``offset``."""
-        if self._stopping.is_set() or (self._thread.ident is not None and not self._thread.is_alive()):
-            state.error = f"pipeline {self.name} is not running"
-            return
-        state.tracker = AckTracker(offset)
-        state.pipeline = self.name
-        state.rewind_at = None
-        state.mode, state.mode_reason = "batch", ""
-        self._commands.put(partial(self._add, state, state.tracker))
+        tracker = self._begin(state, offset)
+        if tracker is not None:
+            state.mode, state.mode_reason = "batch", ""
+            self._commands.put(partial(self._add, state, tracker))
 
-    def release(self, state: PartitionState) -> threading.Event:
-        """Stop fetching the partition; the event is set once nothing of it is in flight."""
-        done = threading.Event()
-        if self._thread.ident is not None and not self._thread.is_alive():
-            state.fetching = False
-            done.set()
-            return done
-        self._commands.put(partial(self._release, state, done))
-        return done
-
-    def stop(self, timeout_s: float) -> None:
-        """Stop the loop; wait up to ``timeout_s`` for batches in flight to be acknowledged."""
-        self._flush_timeout_s = timeout_s
-        self._stopping.set()
-        if self._thread.ident is None:
-            if self._links is not None:
-                self._links.close()
-        elif self._thread.is_alive():
-            self._thread.join(timeout_s + 10)
+    def _close_unstarted(self) -> None:
+        if self._links is not None:
+            self._links.close()
 
     # -- the loop (pipeline thread) ------------------------------------------------------------
 
@@ -162,18 +150,12 @@ class BatchPipeline:
         sent = self._send(links, now)
         links.poll(0 if sent else 0.05)
         now = time.monotonic()
-        self._take_identities(now)
+        self._identities.take(now)
         self._take_fetches(now)
         self._settle(now)
         self._finish_releases()
-
-    def _run_commands(self) -> None:
-        while True:
-            try:
-                command = self._commands.get_nowait()
-            except queue.Empty:
-                return
-            command()
+        if self._rtts is not None:
+            self._rtts.report_due(lambda: self._leaders.known("destination"))
 
     def _shutdown(self) -> None:
         self._run_commands()
@@ -226,7 +208,7 @@ class BatchPipeline:
             self._leaving.append(old)
         self._parts[part.source] = part
         state.fetching = True
-        self._ask_identity(part)
+        self._identities.ask(part)
 
     def _release(self, state: PartitionState, done: threading.Event) -> None:
         key = (state.task.topic, state.task.partition)
@@ -266,45 +248,30 @@ class BatchPipeline:
         part.stop()
         part.state.fetching = False
 
-    # -- producer ids --------------------------------------------------------------------------
-
-    def _ask_identity(self, part: BatchPartition) -> None:
-        links = self._links
-        assert links is not None
-        self._identities.append((part, part.generation, links.destination.init_producer_id()))
-
-    def _take_identities(self, now: float) -> None:
-        asked, self._identities = self._identities, []
-        for part, generation, future in asked:
-            if not future.is_done:
-                self._identities.append((part, generation, future))
-            elif not part.active or part.generation != generation:
-                continue
-            elif future.succeeded() and not future.value.error_code:
-                part.identity = ProducerIdentity(int(future.value.producer_id), int(future.value.producer_epoch))
-                part.next_sequence = 0
-            else:
-                # e.g. COORDINATOR_LOAD_IN_PROGRESS on a fresh cluster, or a lost connection
-                why = future.exception if future.failed() else f"error {future.value.error_code}"
-                log.info("%s: InitProducerId failed (%s); asking again", part.state.task, why)
-                part.wait_until = now + RETRY_BACKOFF_S
-                self._ask_identity(part)
-
     # -- fetching ------------------------------------------------------------------------------
 
-    def _leader(self, cluster: str, topic: str, partition: int) -> int | None:
-        leaders = self._leaders.get((cluster, topic))
-        if leaders is None:
-            links = self._links
-            assert links is not None
-            link = links.source if cluster == "source" else links.destination
-            try:
-                leaders = link.leaders(topic)
-            except Exception as exc:
-                log.info("pipeline %s: leaders of %s unknown (%s)", self.name, topic, exc)
-                return None
-            self._leaders[(cluster, topic)] = leaders
-        return leaders.get(partition)
+    def _init_producer_id(self) -> Any:
+        links = self._links
+        assert links is not None
+        return links.destination.init_producer_id()
+
+    def _lookup_leaders(self, cluster: str, topic: str) -> dict[int, int]:
+        links = self._links
+        assert links is not None
+        return (links.source if cluster == "source" else links.destination).leaders(topic)
+
+    def _leader(self, part: BatchPartition, cluster: str, now: float) -> int | None:
+        """The partition's leader on ``cluster``; None (the partition waits) while unknown, and a
+        topic missing from that cluster long enough fails the partition (deleted under us)."""
+        topic, partition = part.source if cluster == "source" else part.destination
+        leader = self._leaders.leader(cluster, topic, partition)
+        if leader is not None:
+            return leader
+        missing_s = self._leaders.gone(cluster, topic)
+        if missing_s is not None:
+            self._fail(part, f"{cluster} {topic}/{partition} does not exist (deleted?): missing for {missing_s:.0f}s")
+        part.wait_until = now + RETRY_BACKOFF_S
+        return None
 
     def _start_fetches(self, links: Links, now: float) -> None:
         # Fetched and not yet sent, over every partition: bounded like the record pipelines'
@@ -316,9 +283,8 @@ class BatchPipeline:
         for part in self._parts.values():
             if not part.active or part.fetch_pending:
                 continue
-            leader = self._leader("source", *part.source)
+            leader = self._leader(part, "source", now)
             if leader is None:
-                part.wait_until = now + RETRY_BACKOFF_S
                 continue
             if not part.wants_fetch(now):
                 if part.queue_full:
@@ -353,7 +319,7 @@ class BatchPipeline:
                     part.fetch_pending = False
             if future.failed():
                 log.info("pipeline %s: fetch from node %d failed: %s", self.name, leader, future.exception)
-                self._forget_leaders("source", {k[0] for k in asked})
+                self._leaders.forget("source", {k[0] for k in asked})
                 for key in asked:
                     if key in self._parts:
                         self._parts[key].wait_until = now + RETRY_BACKOFF_S
@@ -387,12 +353,8 @@ class BatchPipeline:
             part.wait_until = now + ACCESS_RETRY_S
         else:
             if code in LEADER_CHANGED:
-                self._forget_leaders("source", {part.source[0]})
+                self._leaders.forget("source", {part.source[0]})
             part.wait_until = now + RETRY_BACKOFF_S
-
-    def _forget_leaders(self, cluster: str, topics: set[str]) -> None:
-        for topic in topics:
-            self._leaders.pop((cluster, topic), None)
 
     # -- producing -----------------------------------------------------------------------------
 
@@ -407,9 +369,8 @@ class BatchPipeline:
             for part in self._parts.values():
                 if not part.queue or not part.can_send(now):
                     continue
-                leader = self._leader("destination", *part.destination)
+                leader = self._leader(part, "destination", now)
                 if leader is None:
-                    part.wait_until = now + RETRY_BACKOFF_S
                     continue
                 sent, fetched_at = part.next_batch(now)
                 if sent is None:
@@ -424,8 +385,14 @@ class BatchPipeline:
                 future = links.destination.produce(
                     leader, {part.destination: sent.data for part, sent in batches}, timeout_ms=PRODUCE_TIMEOUT_MS
                 )
+                self._time_round_trip(future, leader, now)
                 for part, sent in batches:
                     part.sending(sent, future)
+
+    def _time_round_trip(self, future: Any, node: int, sent_at: float) -> None:
+        rtts = self._rtts
+        if rtts is not None:
+            future.add_callback(lambda _: rtts.record(node, time.monotonic() - sent_at))
 
     def _resend(self, links: Links, part: BatchPartition, now: float) -> bool:
         """Send the batches put aside again, in order, same bytes and sequences."""
@@ -435,9 +402,8 @@ class BatchPipeline:
             part.give_up()
             part.rewind_due = True
             return False
-        leader = self._leader("destination", *part.destination)
+        leader = self._leader(part, "destination", now)
         if leader is None:
-            part.wait_until = now + RETRY_BACKOFF_S
             return False
         while part.redo:
             sent = part.redo.popleft()
@@ -480,7 +446,7 @@ class BatchPipeline:
                 part.give_up()  # released, handed over or rewinding: the checkpoint stays before it
                 return
             part.wait_until = now + RESEND_BACKOFF_S * min(10, sent.attempts)
-            self._forget_leaders("destination", {part.destination[0]})
+            self._leaders.forget("destination", {part.destination[0]})
             return
         if not part.active:
             return
@@ -500,4 +466,4 @@ class BatchPipeline:
     def _rewind(self, part: BatchPartition) -> None:
         position = part.rewind()
         log.info("%s: rewound to %d under a new producer id", part.state.task, position)
-        self._ask_identity(part)
+        self._identities.ask(part)
