@@ -205,6 +205,28 @@ def owners(fleet: Fleet, topic: str) -> dict[int, str | None]:
     }
 
 
+def copy_modes(fleet: Fleet, topic: str) -> dict[int, str]:
+    """Partition -> how its owner copies it ("batch" or "record (<why>)"), as `/topics/{topic}` shows."""
+    detail = fleet.api().call("GET", f"/topics/{topic}")["partition_detail"]
+    return {
+        int(p["partition"]): str(p.get("mode")) + (f" ({p['mode_reason']})" if p.get("mode_reason") else "")
+        for p in detail
+    }
+
+
+def in_mode(fleet: Fleet, topic: str, partitions: int, copy: str, timeout_s: float = 60) -> None:
+    """Wait until every partition of `topic` is copied in mode `copy`: a batch-mode fault test that
+    fell back to record mode would prove nothing about batch mode."""
+
+    def all_in_mode() -> bool:
+        modes = copy_modes(fleet, topic)
+        return len(modes) == partitions and all(m.split(" ")[0] == copy for m in modes.values())
+
+    assert wait_until(all_in_mode, timeout_s, interval_s=0.5), (
+        f"{topic} not copied in {copy} mode: {copy_modes(fleet, topic)}"
+    )
+
+
 def flowing(dst: Mapping[str, Any], topic: str, partitions: Sequence[int], total: int, timeout_s: float) -> float:
     """Wait until each of `partitions` of the copy grows past its size now; seconds it took."""
     started = time.monotonic()

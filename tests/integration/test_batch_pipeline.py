@@ -4,16 +4,14 @@ cannot pass unchanged are copied record by record, with the reason in their stat
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from strait.demo import create_topic, wait_until
+from strait.demo import create_topic
 from strait.sandbox import Sandbox
 from strait.worker.batch.records import split_batches
 from strait.worker.batch.wire import BrokerLink
@@ -195,41 +193,7 @@ def test_destination_compression_mismatch_runs_in_record_mode(
     assert payload(read_all(dst, topic)) == payload(read_all(src, topic))
 
 
-def test_kill_9_of_a_batch_worker_loses_nothing(
-    sandbox: Sandbox, tmp_path: Path, record_property: Callable[[str, object], None]
-) -> None:
-    """Worker processes copying in batch mode under continuous load; one is killed with SIGKILL,
-    its partitions resume elsewhere from the committed checkpoints: nothing lost, new records in
-    order, repeats only as re-sent ranges."""
-    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
-    topic = f"bp-kill-{uid()}"
-    partitions = 4
-    faults.create_topic(src, topic, partitions)
-    with faults.fleets(sandbox, tmp_path) as make:
-        fleet = make(session_timeout_s=3.0, route={"copy": "batch"})
-        fleet.start_controller("c1")
-        for name in ("w1", "w2"):
-            fleet.start_worker(name)
-        assert wait_until(lambda: fleet.workers_in_state("active") == {"w1", "w2"}, TIMEOUT_S)
-        with faults.load(src, {topic: partitions}, 50) as generator:
-            fleet.api().add_topic(topic)
-            faults.all_flowing(dst, topic, partitions, TIMEOUT_S)
-            detail = fleet.api().call("GET", f"/topics/{topic}")["partition_detail"]
-            assert wait_until(
-                lambda: all(
-                    p.get("mode") == "batch" for p in fleet.api().call("GET", f"/topics/{topic}")["partition_detail"]
-                ),
-                TIMEOUT_S,
-            ), detail
-            victim = "w1"
-            assert wait_until(lambda: victim in set(faults.owners(fleet, topic).values()), TIMEOUT_S)
-            orphaned = [p for p, w in faults.owners(fleet, topic).items() if w == victim]
-            fleet.signal(victim, signal.SIGKILL)
-            fleet.wait_exit(victim, 30)
-            faults.flowing(dst, topic, orphaned, partitions, TIMEOUT_S)
-            time.sleep(1)
-        faults.caught_up(dst, topic, generator.produced(topic), TIMEOUT_S)
-    faults.check("batch_kill9", dst, topic, generator.produced(topic), record_property)
+# kill -9 of batch workers under load: test_faults.py, test_repeated_kill_9_of_random_workers_loses_nothing[batch]
 
 
 def test_batch_copy_between_secured_clusters(secure_sandbox: Sandbox) -> None:

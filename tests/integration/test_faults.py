@@ -23,7 +23,18 @@ from strait import clients
 from strait.demo import Fleet, wait_until
 from strait.sandbox import Sandbox
 from strait.sandbox.errors import SandboxError
-from tests.integration.faults import all_flowing, check, create_topic, fleets, flowing, load, order_of, owners
+from tests.integration.faults import (
+    all_flowing,
+    check,
+    copy_modes,
+    create_topic,
+    fleets,
+    flowing,
+    in_mode,
+    load,
+    order_of,
+    owners,
+)
 from tests.integration.verify import copied_counts
 
 pytestmark = pytest.mark.integration
@@ -35,6 +46,9 @@ SESSION_S = 3.0
 
 FleetFactory = Callable[..., Fleet]
 Props = dict[str, str]
+# The faults that move partitions between owners run in both copy modes: record by record, and
+# whole record batches (strait.worker.batch), whose hand-over and resend rules differ.
+COPY_MODES = pytest.mark.parametrize("copy", ["record", "batch"])
 
 
 def uid() -> str:
@@ -77,19 +91,24 @@ def test_the_order_check_tells_resent_ranges_from_gaps_and_interleaving() -> Non
     assert interleaved.new_out_of_order == 0 and interleaved.interleaved == 2
 
 
+@COPY_MODES
 def test_repeated_kill_9_of_random_workers_loses_nothing(
-    clusters: tuple[Props, Props], make_fleet: FleetFactory, record_property: Callable[[str, object], None]
+    clusters: tuple[Props, Props],
+    make_fleet: FleetFactory,
+    record_property: Callable[[str, object], None],
+    copy: str,
 ) -> None:
     src, dst = clusters
     rng = random.Random(SEED)
     topic = f"fkill-{uid()}"
     create_topic(src, topic, PARTITIONS)
-    fleet = make_fleet(session_timeout_s=SESSION_S)
+    fleet = make_fleet(session_timeout_s=SESSION_S, route={"copy": copy})
     workers = ["w1", "w2", "w3"]
     _start(fleet, workers)
     recoveries: list[float] = []
     with load(src, {topic: PARTITIONS}, RATE) as generator:
         _replicate(fleet, dst, topic)
+        in_mode(fleet, topic, PARTITIONS, copy)
         for round_ in range(3):
             victim = rng.choice(workers)  # the seed alone decides the sequence of victims
             # A restarted worker gets its fair share back; wait for it so every kill orphans partitions.
@@ -105,9 +124,10 @@ def test_repeated_kill_9_of_random_workers_loses_nothing(
             fleet.start_worker(victim)  # same id: it waits for the dead session to expire
             assert wait_until(lambda v=victim: v in fleet.workers_in_state("active"), 60)
         all_flowing(dst, topic, PARTITIONS)
+        in_mode(fleet, topic, PARTITIONS, copy)
         time.sleep(1)
     check(
-        "kill9_random_workers",
+        f"kill9_random_workers_{copy}",
         dst,
         topic,
         generator.produced(topic),
@@ -116,16 +136,21 @@ def test_repeated_kill_9_of_random_workers_loses_nothing(
     )
 
 
+@COPY_MODES
 def test_a_stopped_worker_past_its_session_does_not_lose_or_reorder(
-    clusters: tuple[Props, Props], make_fleet: FleetFactory, record_property: Callable[[str, object], None]
+    clusters: tuple[Props, Props],
+    make_fleet: FleetFactory,
+    record_property: Callable[[str, object], None],
+    copy: str,
 ) -> None:
     src, dst = clusters
     topic = f"fzombie-{uid()}"
     create_topic(src, topic, PARTITIONS)
-    fleet = make_fleet(session_timeout_s=SESSION_S)
+    fleet = make_fleet(session_timeout_s=SESSION_S, route={"copy": copy})
     _start(fleet, ["w1", "w2"])
     with load(src, {topic: PARTITIONS}, RATE) as generator:
         _replicate(fleet, dst, topic)
+        in_mode(fleet, topic, PARTITIONS, copy)
         frozen = [p for p, w in owners(fleet, topic).items() if w == "w1"]
         assert frozen
         fleet.signal("w1", signal.SIGSTOP)
@@ -145,8 +170,9 @@ def test_a_stopped_worker_past_its_session_does_not_lose_or_reorder(
         rejoin_s = time.monotonic() - resumed
         assert fleet.processes["w1"].poll() is None, "the resumed worker crashed"
         time.sleep(2)
+        print(f"\ncopy modes at the end: {copy_modes(fleet, topic)}")
     check(
-        "sigstop_zombie",
+        f"sigstop_zombie_{copy}",
         dst,
         topic,
         generator.produced(topic),
@@ -184,18 +210,23 @@ def test_kill_9_of_the_leader_controller_with_a_standby(
     check("leader_kill9_new_topic", dst, later, generator.produced(later), record_property)
 
 
+@COPY_MODES
 def test_deleted_destination_topic_is_reported_and_others_keep_flowing(
-    clusters: tuple[Props, Props], make_fleet: FleetFactory, record_property: Callable[[str, object], None]
+    clusters: tuple[Props, Props],
+    make_fleet: FleetFactory,
+    record_property: Callable[[str, object], None],
+    copy: str,
 ) -> None:
     src, dst = clusters
     healthy, doomed = f"fhealthy-{uid()}", f"fdoomed-{uid()}"
     create_topic(src, healthy, 4)
     create_topic(src, doomed, 2)
-    fleet = make_fleet(session_timeout_s=SESSION_S)
+    fleet = make_fleet(session_timeout_s=SESSION_S, route={"copy": copy})
     _start(fleet, ["w1", "w2"])
     with load(src, {healthy: 4, doomed: 2}, RATE) as generator:
         _replicate(fleet, dst, healthy, 4)
         _replicate(fleet, dst, doomed, 2)
+        in_mode(fleet, doomed, 2, copy)
         admin = clients.admin(dst)  # must outlive its future, or librdkafka destroys the handle
         admin.delete_topics([doomed])[doomed].result(timeout=30)
         deleted = time.monotonic()
@@ -217,7 +248,7 @@ def test_deleted_destination_topic_is_reported_and_others_keep_flowing(
             fleet.api().call("GET", f"/topics/{healthy}")
         )
     check(
-        "deleted_destination_others",
+        f"deleted_destination_others_{copy}",
         dst,
         healthy,
         generator.produced(healthy),

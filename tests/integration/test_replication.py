@@ -18,6 +18,7 @@ from confluent_kafka.admin import ConfigResource, NewPartitions  # type: ignore[
 from strait import clients
 from strait.demo import Fleet, Generator, create_topic, wait_until
 from strait.sandbox import Sandbox
+from tests.integration.faults import in_mode
 from tests.integration.verify import copied_counts, verify
 
 pytestmark = pytest.mark.integration
@@ -207,8 +208,10 @@ def test_two_routes_at_once(sandbox: Sandbox, make_fleet: FleetFactory) -> None:
     assert {r for w in workers for r in w["routes"]} == {"src-dst", "dst-src"}
 
 
+# Both copy modes: a batch-mode partition resolves `latest` and starts mid-log the same way.
+@pytest.mark.parametrize("copy", ["record", "batch"])
 def test_partitions_added_to_a_topic_started_at_latest_are_copied_from_their_first_record(
-    sandbox: Sandbox, make_fleet: FleetFactory
+    sandbox: Sandbox, make_fleet: FleetFactory, copy: str
 ) -> None:
     # Review item F, reproduced before the fix: the new partitions inherited `start: latest`,
     # so the records written to them before a worker picked them up were never copied
@@ -216,7 +219,7 @@ def test_partitions_added_to_a_topic_started_at_latest_are_copied_from_their_fir
     src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
     topic = f"latest-grow-{uid()}"
     create_topic(src, topic, 2)
-    fleet = make_fleet()
+    fleet = make_fleet([{**MAIN_ROUTE, "copy": copy}])
     fleet.start_controller()
     fleet.start_worker("w1")
     assert wait_until(lambda: fleet.workers_in_state("active") == {"w1"}, 30)
@@ -248,3 +251,4 @@ def test_partitions_added_to_a_topic_started_at_latest_are_copied_from_their_fir
     )
     counts = copied_counts(dst, topic, 4)
     assert counts[2] == 1000 and counts[3] == 1000, counts
+    in_mode(fleet, topic, 4, copy)
