@@ -9,10 +9,12 @@ implement it over the same fetch loop, :class:`strait.worker.batch.pipeline.Batc
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -196,6 +198,77 @@ class Pipeline(Protocol):
 
     def stop(self, timeout_s: float) -> None:
         """Stop the loop; wait up to ``timeout_s`` for records in flight to be acknowledged."""
+
+
+class PipelineLoop:
+    """What every copy loop shares: one thread that owns the clients, a queue of commands the
+    copier's thread puts there, and the start, release and stop half of the :class:`Pipeline`
+    protocol. Subclasses make the attributes below in their ``__init__`` and implement the loop
+    (``_run``), the release command (``_release``) and ``_close_unstarted``."""
+
+    name: str
+    _thread: threading.Thread
+    _stopping: threading.Event
+    _commands: queue.SimpleQueue[Callable[[], None]]
+    _flush_timeout_s: float
+
+    def start(self) -> None:
+        """Start the loop's thread."""
+        self._thread.start()
+
+    def release(self, state: PartitionState) -> threading.Event:
+        """Stop fetching the partition; the event is set once nothing of it is in flight."""
+        done = threading.Event()
+        if self._loop_ended():
+            # The loop ended (stopped or crashed) and flushed what it could: nothing will ever
+            # serve the command, and a revoke waiting for it would hold the partition forever.
+            state.fetching = False
+            done.set()
+            return done
+        self._commands.put(partial(self._release, state, done))
+        return done
+
+    def stop(self, timeout_s: float) -> None:
+        """Stop the loop; wait up to ``timeout_s`` for what is in flight to be acknowledged."""
+        self._flush_timeout_s = timeout_s
+        self._stopping.set()
+        if self._thread.ident is None:
+            self._close_unstarted()
+        elif self._thread.is_alive():
+            self._thread.join(timeout_s + 10)
+
+    def _begin(self, state: PartitionState, offset: int) -> AckTracker | None:
+        """The copier-thread half of ``add``: the partition's tracker from ``offset`` on (the
+        checkpoint exists from now on, so the copier can commit the start offset at once), or
+        None with ``state.error`` set when the loop is not running."""
+        if self._stopping.is_set() or self._loop_ended():
+            state.error = f"pipeline {self.name} is not running"
+            return None
+        state.tracker = AckTracker(offset)
+        state.pipeline = self.name
+        state.rewind_at = None
+        return state.tracker
+
+    def _loop_ended(self) -> bool:
+        return self._thread.ident is not None and not self._thread.is_alive()
+
+    def _run_commands(self) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            command()
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _release(self, state: PartitionState, done: threading.Event) -> None:
+        raise NotImplementedError
+
+    def _close_unstarted(self) -> None:
+        """``stop`` before ``start``: release what the constructor opened."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
