@@ -17,7 +17,17 @@ import pytest
 
 from strait.demo import Fleet, wait_until
 from strait.sandbox import Sandbox, SandboxSpec
-from tests.integration.faults import all_flowing, check, create_topic, fleets, flowing, load, owners
+from tests.integration.faults import (
+    all_flowing,
+    check,
+    copy_modes,
+    create_topic,
+    fleets,
+    flowing,
+    in_mode,
+    load,
+    owners,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -31,9 +41,7 @@ FleetFactory = Callable[..., Fleet]
 @pytest.fixture(scope="module")
 def multi(sandbox_factory: Callable[[SandboxSpec], Sandbox]) -> Sandbox:
     return sandbox_factory(
-        SandboxSpec(
-            clusters=("fsrc", "fdst"), brokers=3, log_dirs=1, zookeeper=True, startup_timeout_s=180
-        )
+        SandboxSpec(clusters=("fsrc", "fdst"), brokers=3, log_dirs=1, zookeeper=True, startup_timeout_s=180)
     )
 
 
@@ -58,13 +66,14 @@ def _restart_under_load(
     cluster: str,
     broker: int,
     scenario: str,
+    copy: str,
 ) -> None:
     src, dst = multi.clusters["fsrc"].props(), multi.clusters["fdst"].props()
     topic = f"{scenario}-{uuid.uuid4().hex[:6]}"
     create_topic(src, topic, PARTITIONS, replicas=3, configs=REPLICATED)
     # The destination topic exists beforehand with the durability wanted there; the copier uses it.
     create_topic(dst, topic, PARTITIONS, replicas=3, configs=REPLICATED)
-    fleet = make_fleet(session_timeout_s=3.0, route={"replication_factor": 3})
+    fleet = make_fleet(session_timeout_s=3.0, route={"replication_factor": 3, "copy": copy})
     fleet.start_controller("c1")
     fleet.start_worker("w1")
     fleet.start_worker("w2")
@@ -74,6 +83,7 @@ def _restart_under_load(
         fleet.api().add_topic(topic)
         all_flowing(dst, topic, PARTITIONS)
         assert wait_until(lambda: all(owners(fleet, topic).get(p) for p in range(PARTITIONS)), 30)
+        in_mode(fleet, topic, PARTITIONS, copy)
         led = sorted(p for p, leader in _leaders(props, topic).items() if leader == broker)
         print(f"\n{cluster} broker {broker} leads partitions {led} of {topic}; stopping it")
         stopped = time.monotonic()
@@ -87,6 +97,8 @@ def _restart_under_load(
         restarted_s = time.monotonic() - stopped
         flowing(dst, topic, list(range(PARTITIONS)), PARTITIONS, 60)
         time.sleep(2)
+        modes = copy_modes(fleet, topic)
+    print(f"\ncopy modes at the end: {modes}")
     assert fleet.workers_in_state("active") == {"w1", "w2"}
     check(
         scenario,
@@ -99,13 +111,24 @@ def _restart_under_load(
     assert not generator.errors, generator.errors[:5]
 
 
+# Both copy modes: record by record, and whole batches, whose fetches and produces follow the
+# leaders themselves (strait.worker.batch.link) rather than librdkafka's.
+COPY_MODES = pytest.mark.parametrize("copy", ["record", "batch"])
+
+
+@COPY_MODES
 def test_source_broker_restart_loses_nothing(
-    multi: Sandbox, make_fleet: FleetFactory, record_property: Callable[[str, object], None]
+    multi: Sandbox, make_fleet: FleetFactory, record_property: Callable[[str, object], None], copy: str
 ) -> None:
-    _restart_under_load(multi, make_fleet, record_property, cluster="fsrc", broker=2, scenario="src_broker_restart")
+    _restart_under_load(
+        multi, make_fleet, record_property, cluster="fsrc", broker=2, scenario=f"src_broker_restart_{copy}", copy=copy
+    )
 
 
+@COPY_MODES
 def test_destination_broker_restart_loses_nothing(
-    multi: Sandbox, make_fleet: FleetFactory, record_property: Callable[[str, object], None]
+    multi: Sandbox, make_fleet: FleetFactory, record_property: Callable[[str, object], None], copy: str
 ) -> None:
-    _restart_under_load(multi, make_fleet, record_property, cluster="fdst", broker=3, scenario="dst_broker_restart")
+    _restart_under_load(
+        multi, make_fleet, record_property, cluster="fdst", broker=3, scenario=f"dst_broker_restart_{copy}", copy=copy
+    )
