@@ -76,9 +76,19 @@ class ClusterLink:
         return self.client.send_and_receive(self._any_node(), request, timeout_ms=self.timeout_ms)
 
     def send(self, node_id: int, request: Any) -> Any:
-        """Send without waiting: the answer's future (a failed one if the node is not ready)."""
-        self.client.maybe_connect(node_id)
-        return self.client.send(node_id, request)
+        """Send without waiting: the answer's future, a failed one if the request cannot go out.
+
+        Never raises: kafka-python raises ``UnknownBrokerIdError`` for a node its own metadata
+        no longer lists (a broker killed, while our Metadata answer still named it leader), and
+        that ended the pipeline's loop; now it is a failed request like a refused connection.
+        """
+        from kafka.future import Future
+
+        try:
+            self.client.maybe_connect(node_id)
+            return self.client.send(node_id, request)
+        except Exception as exc:
+            return Future().failure(exc)
 
     # -- blocking, rare --------------------------------------------------------------------
 
@@ -133,12 +143,17 @@ class ClusterLink:
 
     def init_producer_id(self) -> Any:
         """InitProducerId without a transactional id: a future of the answer (see :func:`identity_of`)."""
+        from kafka.future import Future
         from kafka.protocol.producer import InitProducerIdRequest
 
         request = InitProducerIdRequest(
             transactional_id=None, transaction_timeout_ms=-1, producer_id=-1, producer_epoch=-1, max_version=4
         )
-        return self.send(self._any_node(), request)
+        try:
+            node = self._any_node()
+        except Exception as exc:  # no broker reachable now: a failed request, asked again later
+            return Future().failure(exc)
+        return self.send(node, request)
 
     def fetch(
         self,
