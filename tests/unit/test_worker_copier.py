@@ -135,6 +135,9 @@ class FakeDestinations:
                 results[(source, destination)] = exc
         return results
 
+    def ready(self, wanted: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int | Exception]:
+        return self.ensure_many(wanted)
+
     def prepare(self, wanted: Mapping[tuple[str, str], int]) -> None:
         self.prepared.append(dict(wanted))
 

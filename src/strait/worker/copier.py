@@ -52,6 +52,8 @@ FIRST_START_RETRY_S = 0.25
 # threshold does not bounce it between pipelines (each move is a short drain).
 MIN_DWELL_S = 5.0
 CLASSIFY_INTERVAL_S = 1.0
+# A partition whose destination topic is still being made ready is looked at again this soon.
+DESTINATION_CHECK_S = 0.05
 ADMIN_TIMEOUT_S = 15.0
 
 Phase = Literal["starting", "running", "moving", "releasing"]
@@ -127,6 +129,9 @@ class DestinationManager(Protocol):
 
     def prepare(self, wanted: Mapping[tuple[str, str], int]) -> None:
         """Start ``ensure_many``'s work in the background; returns at once."""
+
+    def ready(self, wanted: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int | Exception]:
+        """``ensure_many`` without waiting: pairs still being made ready are left out (and started)."""
 
     def forget(self, destination_topic: str) -> None:
         """Check the topic again next time."""
@@ -607,12 +612,19 @@ class Copier:
             task = entry.state.task
             by_topic.setdefault((task.topic, task.destination_topic), []).append(entry)
         ready: list[_Entry] = []
-        # All topics at once: ten new topics must not wait for each other's creation.
-        outcomes = self._destinations.ensure_many(
+        # Never waits for a creation: topics whose destination is ready start now, the others are
+        # being made ready in the background (prepared on assignment) and are looked at again on
+        # a later tick. Waiting here held back every other topic and this thread: ten topics
+        # added one after another started in serial groups, each waiting for its slowest creation.
+        outcomes = self._destinations.ready(
             {pair: max(e.state.task.partition for e in group) + 1 for pair, group in by_topic.items()}
         )
         for (topic, destination_topic), group in by_topic.items():
-            outcome = outcomes.get((topic, destination_topic))
+            if (topic, destination_topic) not in outcomes:
+                for entry in group:
+                    entry.next_attempt = time.monotonic() + DESTINATION_CHECK_S
+                continue
+            outcome = outcomes[(topic, destination_topic)]
             if isinstance(outcome, KafkaException):
                 self._retry_later(group, explain(self._destination_props, outcome, destination_topic))
                 continue

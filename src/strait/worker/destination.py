@@ -49,6 +49,9 @@ EXCLUDED_CONFIGS = frozenset(
 
 DEFAULT_MAX_REPLICATION_FACTOR = 3
 
+# After creating a topic, its partitions' leaders are looked for after this, then less often.
+_FIRST_LEADER_CHECK_S = 0.05
+
 # Destination topics made ready at the same time (each is a few admin round trips and a wait
 # for partition leaders; ten new topics one after the other took seconds).
 _PARALLEL_ENSURES = 8
@@ -216,6 +219,36 @@ class DestinationTopics:
                 results[pair] = exc
         return results
 
+    def ready(self, wanted: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int | Exception]:
+        """:meth:`ensure_many` without waiting: each pair made ready (its partition count) or that
+        failed (the error); pairs still being made ready are left out, and started if nothing
+        was under way for them."""
+        results: dict[tuple[str, str], int | Exception] = {}
+        with self._lock:
+            for pair, partitions in wanted.items():
+                future = self._inflight.get(pair)
+                if future is None:
+                    if partitions and self._ensured.get(pair[1], 0) >= partitions:
+                        results[pair] = self._ensured[pair[1]]
+                    else:
+                        self._inflight[pair] = self._pool.submit(
+                            self.ensure, pair[0], pair[1], min_partitions=partitions
+                        )
+                    continue
+                if not future.done():
+                    continue
+                del self._inflight[pair]
+                try:
+                    count = future.result()
+                except (DestinationError, KafkaException) as exc:
+                    results[pair] = exc
+                    continue
+                if count < partitions:  # prepared for fewer partitions than now wanted
+                    self._inflight[pair] = self._pool.submit(self.ensure, pair[0], pair[1], min_partitions=partitions)
+                    continue
+                results[pair] = count
+        return results
+
     def forget(self, destination_topic: str) -> None:
         """Drop what is known about a topic, e.g. after it was deleted under the copier."""
         self._ensured.pop(destination_topic, None)
@@ -224,14 +257,17 @@ class DestinationTopics:
                 del self._inflight[pair]
 
     def _ensure(self, source_topic: str, destination_topic: str) -> int:
+        # Both topics are described at once: a new topic's copy waits for one round trip, not two.
+        source = _describe_async(self._source, source_topic, self._timeout_s)
+        destination = _describe_async(self._destination, destination_topic, self._timeout_s)
         try:
-            wanted = _partition_count(self._source, source_topic, self._timeout_s)
+            wanted = _count(source, source_topic, self._timeout_s)
         except KafkaException as exc:
             reason = explain(self._source_props, exc, source_topic)
             raise DestinationError(f"source topic {source_topic!r}: {reason}") from exc
         if wanted is None:
             raise DestinationError(f"source topic {source_topic!r} does not exist")
-        have = _partition_count(self._destination, destination_topic, self._timeout_s)
+        have = _count(destination, destination_topic, self._timeout_s)
         if have is None:
             self._create(source_topic, destination_topic, wanted)
         elif have < wanted:
@@ -241,8 +277,12 @@ class DestinationTopics:
         return self._await_partitions(destination_topic, wanted)
 
     def _create(self, source_topic: str, destination_topic: str, partitions: int) -> None:
+        # The destination's size is asked for while the source's configs are read.
+        cluster = None
+        if self._replication_factor is None:
+            cluster = self._destination.describe_cluster(request_timeout=self._timeout_s)
         configs = self._source_configs(source_topic)
-        replicas = self._replication_factor or default_replication_factor(self._broker_count())
+        replicas = self._replication_factor or default_replication_factor(self._broker_count(cluster))
         log.info(
             "creating destination topic %s: %d partitions, replication factor %d, configs %s",
             destination_topic,
@@ -279,16 +319,26 @@ class DestinationTopics:
     def _await_partitions(self, destination_topic: str, wanted: int) -> int:
         # Creation is asynchronous on the brokers; producing before every partition has a
         # leader would make the producer fail the first records as unknown partitions.
-        deadline = time.monotonic() + self._timeout_s
+        started = time.monotonic()
+        deadline = started + self._timeout_s
+        pause = _FIRST_LEADER_CHECK_S
         while True:
             description = _describe(self._destination, destination_topic, self._timeout_s)
             if description is not None:
                 partitions = description.partitions
                 if len(partitions) >= wanted and all(p.leader is not None for p in partitions):
+                    log.info(
+                        "destination topic %s ready: %d partitions with leaders after %.2fs",
+                        destination_topic,
+                        len(partitions),
+                        time.monotonic() - started,
+                    )
                     return len(partitions)
             if time.monotonic() > deadline:
                 raise DestinationError(f"destination topic {destination_topic!r} has no {wanted} partitions")
-            time.sleep(0.2)
+            # Leaders usually follow a creation within a round trip or two: look again soon.
+            time.sleep(pause)
+            pause = min(0.2, pause * 2)
 
     def _source_configs(self, source_topic: str) -> dict[str, str]:
         resource = ConfigResource(ResourceType.TOPIC, source_topic)
@@ -301,15 +351,20 @@ class DestinationTopics:
             raise DestinationError(f"source topic {source_topic!r} configs: {reason}") from exc
         return configs_to_copy(entries.values(), self._excluded_configs)
 
-    def _broker_count(self) -> int:
-        future = self._destination.describe_cluster(request_timeout=self._timeout_s)
+    def _broker_count(self, future: Any = None) -> int:
+        if future is None:
+            future = self._destination.describe_cluster(request_timeout=self._timeout_s)
         cluster = clients.admin_result(future, self._timeout_s, "describing the destination cluster")
         return len(cluster.nodes)
 
 
-def _describe(admin: AdminClient, topic: str, timeout_s: float) -> Any:
+def _describe_async(admin: AdminClient, topic: str, timeout_s: float) -> Any:
     # describe_topics never auto-creates a topic, unlike a metadata request for one topic.
-    future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
+    return admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
+
+
+def _described(future: Any, topic: str, timeout_s: float) -> Any:
+    """The description, or None when the topic does not exist."""
     try:
         return clients.admin_result(future, timeout_s, f"describing {topic}")
     except KafkaException as exc:
@@ -318,6 +373,14 @@ def _describe(admin: AdminClient, topic: str, timeout_s: float) -> Any:
         raise
 
 
-def _partition_count(admin: AdminClient, topic: str, timeout_s: float) -> int | None:
-    description = _describe(admin, topic, timeout_s)
+def _describe(admin: AdminClient, topic: str, timeout_s: float) -> Any:
+    return _described(_describe_async(admin, topic, timeout_s), topic, timeout_s)
+
+
+def _count(future: Any, topic: str, timeout_s: float) -> int | None:
+    description = _described(future, topic, timeout_s)
     return None if description is None else len(description.partitions)
+
+
+def _partition_count(admin: AdminClient, topic: str, timeout_s: float) -> int | None:
+    return _count(_describe_async(admin, topic, timeout_s), topic, timeout_s)

@@ -1,0 +1,39 @@
+"""A consumer asks for a newly assigned topic's metadata at once, without holding up the caller."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from strait.clients import Consumer
+
+
+class RecordingConsumer(Consumer):
+    """Records metadata lookups; each waits until the test releases it."""
+
+    def __init__(self) -> None:
+        # No broker needed: librdkafka only connects when it has something to ask.
+        super().__init__({"group.id": "lookup-test", "bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+        self.asked: list[str] = []
+        self.release = threading.Event()
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        self.asked.append(str(topic))
+        self.release.wait(30)
+        return None
+
+
+def test_a_new_topic_is_looked_up_once_in_the_background_and_close_waits_for_it() -> None:
+    consumer = RecordingConsumer()
+    consumer.incremental_assign([TopicPartition("a", 0, 0), TopicPartition("b", 1, 5)])
+    # The lookups are still blocked, yet assign returned: the caller is not held up.
+    assert any(lookup.is_alive() for lookup in consumer._lookups)
+    consumer.incremental_assign([TopicPartition("a", 1, 0)])  # known by now: not asked again
+    consumer.assign([TopicPartition("b", 0, 0), TopicPartition("c", 0, 0)])
+    lookups = list(consumer._lookups)
+    consumer.release.set()
+    consumer.close()
+    assert sorted(consumer.asked) == ["a", "b", "c"]
+    assert not any(lookup.is_alive() for lookup in lookups)
