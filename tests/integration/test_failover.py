@@ -309,6 +309,10 @@ def test_a_compacted_topic_fails_over_exactly_across_its_gaps(
     ends = [_offsets(src, topic, p)[-1] + 1 for p in range(2)]
     tasks = [PartitionTask(route, topic, p, topic) for p in range(2)]
     _copy_all(make_copier(route, "w1"), tasks, ends)
+    # Runs are published after the checkpoint commit, asynchronously (the first publish creates
+    # the map topic): failing over right after the copy's checkpoints reached the end found no
+    # map at all.
+    _wait(lambda: _mapped_up_to(dst, route, topic, 2) == ends, 30, f"the offset map up to {ends}")
     config = _config(sandbox, route)
     planned = {p.partition: p for p in failover.plan(config, route, group)}
     assert all(p.exact for p in planned.values()), planned
@@ -324,6 +328,15 @@ def test_a_compacted_topic_fails_over_exactly_across_its_gaps(
     # What a source consumer resuming at the committed offsets reads first: 0:550 and 1:599.
     assert expected == {0: "0:550", 1: "1:599"}
     assert got == expected, planned
+
+
+def _mapped_up_to(props: dict[str, Any], route: str, topic: str, partitions: int) -> list[int | None]:
+    """Per partition, the source offset after the last run the route's offset map holds."""
+    found = read_map(props, route)
+    return [
+        max((r.source_end for r in found[(topic, p)].runs), default=None) if (topic, p) in found else None
+        for p in range(partitions)
+    ]
 
 
 def _duplicated(props: dict[str, Any], topic: str, partitions: list[int]) -> set[int]:

@@ -3,7 +3,9 @@
 A topic picked up by a route's pattern is created on the destination by a worker with the
 source's settings, minus the route's excluded keys. Then the source changes: ``retention.ms``
 goes up, an override is removed, and excluded keys change too. The leading controller must bring
-the destination in line within a few refresh intervals, and leave the excluded keys alone.
+the destination in line within a few refresh intervals, and leave the excluded keys alone. It also
+keeps the route's offset map as long as the data: longer when the data lives longer, for ever
+when the data is compacted, back to the cluster's default when the data lives shorter.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from strait import clients
 from strait.controller.topicconfig import overrides
 from strait.demo import create_topic, wait_until
+from strait.offsetmap.codec import map_topic
 from strait.sandbox import Sandbox
 from tests.integration.test_replication import FleetFactory, make_fleet, uid
 
@@ -45,6 +48,17 @@ def _overrides(props: dict[str, Any], topic: str) -> dict[str, str] | None:
     except KafkaException:
         return None
     return overrides(entries.values())
+
+
+def _effective(props: dict[str, Any], topic: str) -> dict[str, str | None] | None:
+    """The map's settings that matter (defaults included), or None while it does not exist."""
+    admin = clients.admin(props)
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    try:
+        entries = admin.describe_configs([resource], request_timeout=15)[resource].result(timeout=20)
+    except KafkaException:
+        return None
+    return {k: entries[k].value for k in ("cleanup.policy", "retention.ms", "retention.bytes") if k in entries}
 
 
 def _alter(props: dict[str, Any], topic: str, set_: dict[str, str], delete: tuple[str, ...] = ()) -> None:
@@ -123,3 +137,28 @@ def test_source_setting_changes_reach_the_destination_but_excluded_keys_do_not(
         line for line in metrics.splitlines() if line.startswith('strait_topic_config_changes_total{route="main"}')
     ]
     assert changes and float(changes[0].split()[-1]) >= 2, changes
+
+    # The route's offset map: never compacted nor cut by size, and kept at least as long as the
+    # longest-lived data, never less than the cluster's default it was created with (7 days).
+    producer = clients.producer(src)
+    for n in range(20):
+        producer.produce(topic, f"r{n}".encode(), partition=n % 2)
+    assert producer.flush(30) == 0
+    offset_map = map_topic("main")
+    week, month = str(7 * 24 * 3600_000), str(30 * 24 * 3600_000)
+
+    def map_keeps(retention_ms: str) -> bool:
+        return _effective(dst, offset_map) == {
+            "cleanup.policy": "delete",
+            "retention.ms": retention_ms,
+            "retention.bytes": "-1",
+        }
+
+    # The data keeps 2 hours: the map keeps the default.
+    assert wait_until(lambda: map_keeps(week), 120, interval_s=0.5), _effective(dst, offset_map)
+    _alter(src, topic, {"retention.ms": month})  # longer than the default: the map follows
+    assert wait_until(lambda: map_keeps(month), 120, interval_s=0.5), _effective(dst, offset_map)
+    _alter(src, topic, {"cleanup.policy": "compact"})  # compacted data is kept for ever: so is the map
+    assert wait_until(lambda: map_keeps("-1"), 120, interval_s=0.5), _effective(dst, offset_map)
+    _alter(src, topic, {"retention.ms": "7200000"}, delete=("cleanup.policy",))  # back below the default
+    assert wait_until(lambda: map_keeps(week), 120, interval_s=0.5), _effective(dst, offset_map)

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from concurrent.futures import Future
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigSource  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigSource,
+    ResourceType,
+)
 
 from strait.config import ConfigError, TopicConfigFollow, parse_config
 from strait.controller.topicconfig import TopicConfigFollower, overrides, plan_change
@@ -96,7 +102,7 @@ class _Admin:
         self.refuse = refuse
         self.altered: list[list[tuple[str, str | None, Any]]] = []
 
-    def describe_configs(self, resources: list[Any], request_timeout: float) -> dict[Any, Future[Any]]:
+    def describe_configs(self, resources: list[Any], request_timeout: float, **_: Any) -> dict[Any, Future[Any]]:
         out = {}
         for resource in resources:
             if resource.name not in self.topics:
@@ -106,6 +112,9 @@ class _Admin:
             entries = {k: _entry(k, v, ConfigSource.DYNAMIC_TOPIC_CONFIG) for k, v in configs.items()}
             out[resource] = _done(entries)
         return out
+
+    def list_topics(self, *_: Any, **__: Any) -> Any:
+        raise KafkaException(KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED))  # no reading the brokers
 
     def incremental_alter_configs(self, resources: list[Any], request_timeout: float) -> dict[Any, Future[Any]]:
         (resource,) = resources
@@ -234,3 +243,111 @@ def test_a_destination_topic_fed_by_two_sources_is_not_followed() -> None:
     follower.round()
     follower.round()
     assert destination.topics == {"orders": {}, "t": {"retention.ms": "3"}}
+
+
+# --- the offset map keeps as long as its data ------------------------------------------------------
+
+HOUR, WEEK, MONTH = 3_600_000, 7 * 24 * 3_600_000, 30 * 24 * 3_600_000
+MAP = "__strait_offsets.r"
+
+
+class _DefaultsAdmin(_Admin):
+    """Also lists the broker default behind each topic's retention.ms (168 hours), as brokers do."""
+
+    def describe_configs(self, resources: list[Any], request_timeout: float, **_: Any) -> dict[Any, Future[Any]]:
+        out = super().describe_configs(resources, request_timeout)
+        for future in out.values():
+            if future.exception() is None and "retention.ms" in future.result():
+                entry = future.result()["retention.ms"]
+                entry.synonyms = {
+                    "retention.ms": entry,
+                    "log.retention.hours": _entry("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG),
+                }
+        return out
+
+
+class _BrokerAdmin(_Admin):
+    """Its brokers say the default: log.retention.hours=168, log.retention.ms not set."""
+
+    def __init__(self, topics: dict[str, dict[str, str]]) -> None:
+        super().__init__(topics)
+        self.broker_reads = 0
+
+    def list_topics(self, *_: Any, **__: Any) -> Any:
+        return SimpleNamespace(brokers={2: None, 1: None})
+
+    def describe_configs(self, resources: list[Any], request_timeout: float, **_: Any) -> dict[Any, Future[Any]]:
+        if resources and resources[0].restype == ResourceType.BROKER:
+            self.broker_reads += 1
+            entries = {
+                "log.retention.hours": _entry("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG),
+                "log.retention.ms": _entry("log.retention.ms", None, ConfigSource.DEFAULT_CONFIG),
+            }
+            return {resources[0]: _done(entries)}
+        return super().describe_configs(resources, request_timeout)
+
+
+def _map_follower(destination: _Admin) -> TopicConfigFollower:
+    specs = [TopicSpec("r", "t", "t"), TopicSpec("r", "u", "u"), TopicSpec("r", "later", "later")]
+    return _follower(_Admin({}), destination, specs, topic_config={"follow": False})
+
+
+def test_the_offset_map_keeps_as_long_as_its_longest_lived_data_never_less_than_its_default() -> None:
+    destination = _DefaultsAdmin(
+        {
+            MAP: {"retention.ms": str(WEEK), "cleanup.policy": "compact"},
+            "t": {"retention.ms": str(MONTH), "cleanup.policy": "delete"},
+            "u": {"retention.ms": str(HOUR), "cleanup.policy": "delete"},
+        }
+    )
+    follower = _map_follower(destination)  # a route that does not follow settings still keeps its map
+    follower.round()
+    assert destination.topics[MAP] == {"retention.ms": str(MONTH), "cleanup.policy": "delete", "retention.bytes": "-1"}
+    destination.topics["u"]["cleanup.policy"] = "compact"  # kept for ever: so is the map
+    follower.round()
+    assert destination.topics[MAP]["retention.ms"] == "-1"
+    destination.topics["u"]["cleanup.policy"] = "compact,delete"  # compaction and 1 hour
+    destination.topics["t"]["retention.ms"] = str(HOUR)
+    follower.round()
+    assert destination.topics[MAP]["retention.ms"] == str(WEEK), "not below the default it was created with"
+    altered = len(destination.altered)
+    follower.round()
+    assert len(destination.altered) == altered, "nothing more to change"
+
+
+def test_the_default_the_map_was_created_with_can_come_from_the_brokers_settings() -> None:
+    destination = _BrokerAdmin(
+        {MAP: {"retention.ms": "-1", "cleanup.policy": "delete", "retention.bytes": "-1"}, "t": {"retention.ms": "1"}}
+    )
+    follower = _map_follower(destination)
+    destination.topics["t"]["cleanup.policy"] = "delete"
+    follower.round()
+    assert destination.topics[MAP]["retention.ms"] == str(WEEK)
+    follower.round()
+    assert destination.broker_reads == 1, "the brokers' default is read once in a while, not every round"
+
+
+def test_without_the_clusters_default_the_map_is_only_ever_lengthened() -> None:
+    destination = _Admin(
+        {
+            MAP: {"retention.ms": str(WEEK), "cleanup.policy": "delete", "retention.bytes": "-1"},
+            "t": {"retention.ms": str(HOUR), "cleanup.policy": "delete"},
+        }
+    )
+    follower = _map_follower(destination)
+    follower.round()
+    assert destination.altered == []
+    destination.topics["t"]["retention.ms"] = str(MONTH)
+    follower.round()
+    assert destination.topics[MAP]["retention.ms"] == str(MONTH)
+
+
+def test_no_map_yet_or_a_map_that_refuses_is_left_alone() -> None:
+    destination = _Admin({"t": {"retention.ms": str(MONTH), "cleanup.policy": "delete"}})
+    _map_follower(destination).round()
+    assert destination.altered == [] and MAP not in destination.topics
+    refusing = _Admin({MAP: {"retention.ms": str(WEEK)}, "t": {}}, refuse=frozenset({"retention.bytes"}))
+    follower = _map_follower(refusing)
+    follower.round()
+    follower.round()
+    assert refusing.altered == []  # refused (and said once); the data's settings are not touched

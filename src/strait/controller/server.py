@@ -95,11 +95,12 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
     syncer = threading.Thread(target=group_sync.run, name="group-sync", daemon=True) if group_sync else None
     if syncer is not None:
         syncer.start()
-    # Destination topic settings follow the source's (routes with topic_config.follow): one
-    # writer, the leader, in its own thread.
+    # Destination topic settings follow the source's (routes with topic_config.follow), and
+    # offset maps keep as long as their data (routes with offset_map): one writer, the leader,
+    # in its own thread.
     follower = (
         TopicConfigFollower(config, leading=lambda: controller.leading, topics=store.topics)
-        if any(r.topic_config.follow for r in config.routes)
+        if any(r.topic_config.follow or r.offset_map for r in config.routes)
         else None
     )
     if follower is not None:

@@ -12,9 +12,13 @@ destination cluster's default, as the source's fell back to its own). Keys the r
 ``unclean.leader.election.enable``) and the keys of :data:`ALWAYS_UNFOLLOWED_CONFIGS` keep the
 destination's values either way.
 
+It also keeps each route's offset map (``__strait_offsets.<route>``, routes with ``offset_map``)
+as long as the data it translates (:mod:`strait.offsetmap.retention`), whether or not the
+route follows its source's settings.
+
 It runs in its own thread (:meth:`TopicConfigFollower.run`) so a slow cluster never delays the
-assignment loop; standby controllers do nothing. The decision is a pure function
-(:func:`plan_change`), tested without Kafka.
+assignment loop; standby controllers do nothing. The decisions are pure functions
+(:func:`plan_change`, :func:`strait.offsetmap.retention.plan_map_settings`), tested without Kafka.
 """
 
 from __future__ import annotations
@@ -40,10 +44,18 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from strait import clients
 from strait.config import ALWAYS_UNFOLLOWED_CONFIGS, RouteConfig, StraitConfig
 from strait.coordination.model import TopicSpec
+from strait.offsetmap.codec import map_topic
+from strait.offsetmap.retention import (
+    BROKER_RETENTION_SETTINGS,
+    created_retention_ms,
+    lifetime_ms,
+    plan_map_settings,
+)
 
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 15.0
+DEFAULTS_TTL_S = 600.0  # how long a cluster's default retention read from its brokers is trusted
 _MISSING = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID)
 
 __all__ = ["ALWAYS_UNFOLLOWED_CONFIGS", "Change", "TopicConfigFollower", "overrides", "plan_change"]
@@ -93,6 +105,11 @@ def plan_change(
     return Change(topic, wanted, stale)
 
 
+def _value(entries: Mapping[str, ConfigEntry], key: str, default: str) -> str:
+    entry = entries.get(key)
+    return default if entry is None or entry.value is None else str(entry.value)
+
+
 # --- state reported -----------------------------------------------------------------------------
 
 
@@ -106,7 +123,8 @@ class RouteState:
 
 
 class TopicConfigFollower:
-    """Follows the settings of every route with ``topic_config.follow``; :meth:`run` in a thread."""
+    """Follows the settings of every route with ``topic_config.follow`` and keeps the offset map
+    of every route with ``offset_map``; :meth:`run` in a thread."""
 
     def __init__(
         self,
@@ -119,6 +137,7 @@ class TopicConfigFollower:
     ) -> None:
         self.config = config
         self.routes = [r for r in config.routes if r.topic_config.follow]
+        self.map_routes = [r for r in config.routes if r.offset_map]
         self.interval_s = interval_s if interval_s is not None else config.controller.refresh_interval_s
         self._leading = leading
         self._topics = topics
@@ -128,6 +147,8 @@ class TopicConfigFollower:
         self._admins: dict[str, Any] = {}
         self._warned_shared: set[tuple[str, str]] = set()
         self._state: dict[str, RouteState] = {r.name: RouteState() for r in self.routes}
+        self._map_failing: dict[str, str] = {}  # route -> why its map's settings cannot be set
+        self._defaults: dict[str, tuple[int | None, float]] = {}  # cluster -> (default retention.ms, when read)
 
     def run(self) -> None:
         while not self._stop.is_set():
@@ -176,6 +197,11 @@ class TopicConfigFollower:
                 state = self._state[route.name]
                 state.rounds += 1
                 state.last_round = self._clock()
+        for route in self.map_routes:
+            try:
+                self._keep_map(route, [s for s in specs.values() if s.route == route.name])
+            except KafkaException as exc:
+                log.warning("route %s: offset map settings: %s", route.name, exc)
         return applied
 
     def _shared(self, specs: Mapping[tuple[str, str], TopicSpec]) -> set[tuple[str, str]]:
@@ -242,6 +268,81 @@ class TopicConfigFollower:
                 )
                 applied.append(change)
         return applied
+
+    def _keep_map(self, route: RouteConfig, specs: list[TopicSpec]) -> dict[str, str]:
+        """Give the route's offset map its settings: kept as long as its longest-lived data
+        (see :mod:`strait.offsetmap.retention`). Returns what was set."""
+        topic = map_topic(route.name)
+        names = sorted({s.destination_topic for s in specs})
+        resources = [ConfigResource(ResourceType.TOPIC, t) for t in [topic, *names]]
+        # librdkafka asks for the synonyms (the broker settings behind each value) itself.
+        futures = self._admin(route.destination).describe_configs(resources, request_timeout=TIMEOUT_S)
+        found: dict[str, dict[str, ConfigEntry]] = {}
+        for resource, future in futures.items():
+            try:
+                found[resource.name] = clients.admin_result(future, TIMEOUT_S, f"configs of {resource.name}")
+            except KafkaException as exc:
+                if exc.args[0].code() in _MISSING:
+                    continue  # no map yet (the first worker to copy creates it), or a topic not created yet
+                raise
+        entries = found.pop(topic, None)
+        if entries is None:
+            return {}
+        lifetimes = [
+            lifetime_ms(_value(e, "cleanup.policy", "delete"), int(_value(e, "retention.ms", "-1")))
+            for e in found.values()
+        ]
+        current = {k: e.value for k, e in entries.items() if e.value is not None}
+        created = self._created_retention(route.destination, [entries, *found.values()])
+        if created is None and "retention.ms" in current:
+            # The cluster's default is not reported: never shorten the map, only lengthen it.
+            created = int(current["retention.ms"])
+        wanted = plan_map_settings(current, lifetimes if created is not None else [], created or 0)
+        if not wanted:
+            return {}
+        changes = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in sorted(wanted.items())]
+        error = self._alter(route.destination, topic, changes)
+        described = ", ".join(f"{k}={v}" for k, v in sorted(wanted.items()))
+        if error is None:
+            self._map_failing.pop(route.name, None)
+            log.info("route %s: offset map %s keeps its runs as long as its data: %s", route.name, topic, described)
+            return wanted
+        if self._map_failing.get(route.name) != error:  # said once, not every round
+            log.warning("route %s: offset map %s does not take %s: %s", route.name, topic, described, error)
+        self._map_failing[route.name] = error
+        return {}
+
+    def _created_retention(self, cluster: str, described: list[dict[str, ConfigEntry]]) -> int | None:
+        """The ``retention.ms`` a new topic gets on ``cluster`` (what the map was created with):
+        the value of a topic that does not set its own, a broker-level synonym, or the broker's
+        settings (None when they cannot be read, e.g. without DESCRIBE_CONFIGS on the cluster)."""
+        for entries in described:
+            entry = entries.get("retention.ms")
+            if entry is None or entry.value is None:
+                continue
+            if getattr(entry.source, "value", entry.source) != ConfigSource.DYNAMIC_TOPIC_CONFIG.value:
+                return int(entry.value)
+            synonyms = getattr(entry, "synonyms", None) or {}
+            found = created_retention_ms((name, s.value) for name, s in synonyms.items())
+            if found is not None:
+                return found
+        cached = self._defaults.get(cluster)
+        if cached is not None and self._clock() - cached[1] < DEFAULTS_TTL_S:
+            return cached[0]
+        admin = self._admin(cluster)
+        try:
+            brokers = admin.list_topics(timeout=TIMEOUT_S).brokers
+            resource = ConfigResource(ResourceType.BROKER, str(min(brokers)))
+            future = admin.describe_configs([resource], request_timeout=TIMEOUT_S)[resource]
+            settings = clients.admin_result(future, TIMEOUT_S, f"broker configs of {cluster}")
+        except (KafkaException, ValueError) as exc:
+            log.info("cluster %s: the brokers' default retention is not readable (%s)", cluster, exc)
+            return None
+        value = created_retention_ms(
+            (k, settings[k].value if k in settings else None) for k in BROKER_RETENTION_SETTINGS
+        )
+        self._defaults[cluster] = (value, self._clock())
+        return value
 
     def _admin(self, cluster: str) -> Any:
         admin = self._admins.get(cluster)

@@ -105,7 +105,13 @@ class MapFollower:
     def _open(self) -> bool:
         consumer = clients.consumer(
             self._destination,
-            **{"group.id": f"strait-offsetmap-reader-{self._route}", "enable.auto.commit": False},
+            **{
+                "group.id": f"strait-offsetmap-reader-{self._route}",
+                "enable.auto.commit": False,
+                # Runs of an aborted transaction are not runs; the watermark read below is then
+                # the last stable offset, the end of what this consumer may read.
+                "isolation.level": "read_committed",
+            },
         )
         metadata = consumer.list_topics(self.topic, timeout=self._timeout_s)
         described = metadata.topics.get(self.topic)

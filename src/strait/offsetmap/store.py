@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
@@ -13,6 +14,7 @@ from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from strait import clients
 from strait.offsetmap.codec import MapEntry, decode, encode, map_topic
+from strait.offsetmap.retention import MAP_SETTINGS
 from strait.offsetmap.runs import Run, RunRecorder
 from strait.offsetmap.translate import merge
 
@@ -77,10 +79,125 @@ class MapWriter:
             log.warning("offset map %s: a run was not published (%d so far): %s", self.topic, self.failures, error)
 
 
+class TransactionMap:
+    """The offset map of one exactly-once pipeline: its runs go into its own transactions.
+
+    The pipeline produces the runs of a transaction's partitions with its transactional
+    producer once every record of the transaction is acknowledged (so their destination offsets
+    are known) and before it commits: a ``read_committed`` reader of the map sees a run exactly
+    when the records it maps are committed, and never one of an aborted transaction.
+
+    A run that cannot be written (the map topic cannot be created, a write refused) would hold
+    back the records with it: the transaction is aborted once, then transactions go without
+    runs for ``retry_s`` (those runs are lost to the map and counted in ``failures``, as in
+    :class:`MapWriter`; translation then reports the ranges it cannot answer exactly).
+    """
+
+    def __init__(
+        self,
+        destination: Mapping[str, Any],
+        route: str,
+        *,
+        retry_s: float = ENSURE_RETRY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.topic = map_topic(route)
+        self.published = 0
+        self.failures = 0
+        self.bytes = 0
+        self._destination = destination
+        self._retry_s = retry_s
+        self._clock = clock
+        self._ready = False
+        self._resume_at = 0.0
+        self._outstanding = 0
+        self._error: Any = None
+        self._generation = 0  # which write() a delivery report belongs to
+
+    def writable(self) -> bool:
+        """Whether runs may go into the open transaction now (creates the topic when due)."""
+        if self._clock() < self._resume_at:
+            return False
+        if not self._ready:
+            self._ready = ensure_map_topic(self._destination, self.topic)
+            if not self._ready:
+                self._resume_at = self._clock() + self._retry_s
+        return self._ready
+
+    def put(self, producer: Any, runs: list[tuple[str, int, str, Run]], flush: Callable[[], Any]) -> str | None:
+        """Write ``runs`` into the producer's open transaction and ``flush`` it; why they are
+        not all written (the caller aborts the transaction then), or None. While the map is
+        not writable, the runs are dropped and counted in ``failures``."""
+        if not runs:
+            return None
+        if not self.writable():
+            self.failures += len(runs)
+            return None
+        try:
+            self._write(producer, runs)
+        except BufferError as exc:
+            reason = f"producer queue full: {exc}"
+            self.failed(reason)
+            return reason
+        flush()
+        return self.failure()
+
+    def _write(self, producer: Any, runs: Iterable[tuple[str, int, str, Run]]) -> int:
+        """Produce ``(source topic, partition, destination topic, run)`` entries into the
+        producer's open transaction; the caller flushes, then asks :meth:`failure`."""
+        self._generation += 1
+        self._error = None
+        self._outstanding = 0
+        delivered = partial(self._delivered, self._generation)
+        written = 0
+        for topic, partition, destination_topic, run in runs:
+            key, value = encode(MapEntry(topic, partition, destination_topic, run))
+            producer.produce(self.topic, value, key, partition=0, on_delivery=delivered)
+            self._outstanding += 1
+            self.bytes += len(key) + len(value)
+            written += 1
+        return written
+
+    def failure(self) -> str | None:
+        """Why the runs last written are not all acknowledged (then transactions go without
+        runs for a while), or None."""
+        if self._error is None and self._outstanding == 0:
+            return None
+        reason = str(self._error) if self._error is not None else f"{self._outstanding} run(s) not acknowledged"
+        self.failed(reason)
+        return reason
+
+    def failed(self, reason: str) -> None:
+        """Runs could not be written: transactions go without them for ``retry_s``."""
+        self._generation += 1  # late reports of those runs (purged by the abort) count for nothing
+        self._outstanding = 0
+        self._error = None
+        self._resume_at = self._clock() + self._retry_s
+        self._ready = False  # the topic may be gone: check it again
+        log.warning("offset map %s: runs not written (%s); trying again in %.0fs", self.topic, reason, self._retry_s)
+
+    def _delivered(self, generation: int, error: KafkaError | None, _message: Any) -> None:
+        if generation != self._generation:
+            return
+        self._outstanding -= 1
+        if error is None:
+            self.published += 1
+        else:
+            self.failures += 1
+            self._error = error
+
+
 def ensure_map_topic(destination: Mapping[str, Any], topic: str) -> bool:
-    """Create the map topic if missing; True once it exists."""
+    """Create the map topic if missing; True once it exists.
+
+    Whatever the cluster's defaults, the map is never compacted (its key is the source
+    partition: compaction would keep only each partition's last run) nor cut by size; how long
+    it keeps its runs is the leading controller's business (:mod:`strait.offsetmap.retention`).
+    """
     admin = clients.admin(destination)
-    futures = admin.create_topics([NewTopic(topic, MAP_PARTITIONS, -1)], request_timeout=ADMIN_TIMEOUT_S)
+    futures = admin.create_topics(
+        [NewTopic(topic, MAP_PARTITIONS, -1, config=dict(MAP_SETTINGS))], request_timeout=ADMIN_TIMEOUT_S
+    )
     try:
         clients.admin_result(futures[topic], ADMIN_TIMEOUT_S + 5, f"creating {topic}")
     except KafkaException as exc:
@@ -110,6 +227,8 @@ def read_map(
             "group.id": f"strait.offsetmap-reader.{route}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            # Exactly-once routes write runs inside their transactions: an aborted one's are not runs.
+            "isolation.level": "read_committed",
         },
     )
     runs: dict[tuple[str, int], list[Run]] = {}
