@@ -212,3 +212,69 @@ def test_a_gap_nobody_vouched_for_is_refused_and_leaves_the_tracker_as_it_was() 
 )
 def test_checkpoint_violations(committed: int | None, offset: int, acknowledged: int, expected: str | None) -> None:
     assert checkpoint_violation(committed, offset, acknowledged) == expected
+
+
+def test_a_stretch_of_records_is_sent_and_acknowledged_in_one_call() -> None:
+    tracker = AckTracker(100)
+    tracker.sent_range(100, 50)
+    assert tracker.next_offset == 150 and tracker.in_flight == 50 and tracker.pending == 50
+    assert not tracker.acked_range(110, 40)  # early: 100-109 still in flight
+    assert tracker.position == 100 and tracker.in_flight == 10
+    assert tracker.acked_range(100, 10)
+    assert tracker.position == 150 and tracker.pending == 0
+    with pytest.raises(UnexpectedGap):
+        tracker.sent_range(151, 5)  # nobody vouched for 150
+    tracker.sent_range(153, 2, source_gap=True)  # markers at 150-152
+    assert not tracker.acked_range(140, 13)  # offsets never sent or already done: ignored
+    assert tracker.in_flight == 2 and tracker.position == 150
+    assert tracker.acked_range(150, 5)  # covers 150-152 (never sent) and 153-154
+    assert tracker.position == 155
+
+
+def test_a_failure_inside_a_stretch_pins_the_checkpoint_at_it() -> None:
+    tracker = AckTracker(0)
+    tracker.sent_range(0, 10)
+    tracker.failed(4)
+    tracker.acked_range(5, 5)
+    tracker.acked_range(0, 4)
+    assert tracker.position == 4 and tracker.blocked and tracker.in_flight == 0
+    assert tracker.rewind() == 4 and tracker.next_offset == 4
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_stretches_and_single_records_agree_with_the_oracle(seed: int) -> None:
+    """Stretches sent and acknowledged in random pieces and orders, with source gaps between
+    stretches and failures: the checkpoint is always the acknowledged prefix, and it survives
+    the tracker cutting off its passed offsets (thousands of records)."""
+    rng = random.Random(seed)
+    start = rng.randrange(0, 1000)
+    tracker = AckTracker(start)
+    sent: list[int] = []
+    acked: set[int] = set()
+    in_flight: list[int] = []
+    offset = start
+    previous = start
+    for _ in range(rng.randrange(20, 200)):
+        if rng.random() < 0.5:
+            gap = rng.choice((0, 0, 1, 3))
+            count = rng.randrange(1, 120)
+            tracker.sent_range(offset + gap, count, source_gap=gap > 0)
+            stretch = list(range(offset + gap, offset + gap + count))
+            sent += stretch
+            in_flight += stretch
+            offset += gap + count
+        elif in_flight:
+            # Acknowledge a random piece of consecutive in-flight offsets, or one record.
+            first = rng.choice(in_flight)
+            count = rng.randrange(1, 60)
+            piece = [o for o in in_flight if first <= o < first + count]
+            tracker.acked_range(first, count)
+            acked.update(piece)
+            in_flight = [o for o in in_flight if o not in piece]
+        assert tracker.position == _expected_position(start, sent, acked)
+        assert tracker.position >= previous and tracker.in_flight == len(in_flight)
+        previous = tracker.position
+    for o in list(in_flight):
+        tracker.acked(o)
+        acked.add(o)
+    assert tracker.position == (sent[-1] + 1 if sent else start) and tracker.pending == 0

@@ -5,18 +5,22 @@ the loop runs on the test's thread (`_step`), the fake producer holds every reco
 test acknowledges or fails it, and the fake consumer serves a partition's log from wherever it
 was positioned. The destination's contents are then checked record by record: every source
 offset must be there, in order, and the checkpoint never passes one that is not.
+
+Messages are real ``confluent_kafka.Message`` objects (the loop maps Message's own methods over
+whole batches). Like librdkafka, the fake producer fills the delivery reports when the test
+answers; the pipeline settles them after its next poll (a step) or when ``reports()`` says so.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, Message, TopicPartition
 
+from strait.worker.backlog import Run, runs_of
 from strait.worker.fetch import GAP_SOURCE, GAP_UNEXPECTED, RecordPipeline
 from strait.worker.pipeline import PartitionState, PipelineSettings
 from strait.worker.task import PartitionTask
@@ -24,33 +28,18 @@ from strait.worker.task import PartitionTask
 TOPIC = "orders"
 
 
-class FakeMessage:
-    def __init__(self, topic: str, partition: int, offset: int, error: KafkaError | None = None) -> None:
-        self._topic, self._partition, self._offset, self._error = topic, partition, offset, error
-
-    def error(self) -> KafkaError | None:
-        return self._error
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes:
-        return b"k"
-
-    def value(self) -> bytes:
-        return f"v{self._offset}".encode()
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 1_000 + self._offset)
-
-    def headers(self) -> list[tuple[str, bytes]]:
-        return []
+def FakeMessage(topic: str, partition: int, offset: int, error: KafkaError | None = None) -> Message:
+    """A fetched record: its value names its source offset."""
+    return Message(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key=b"k",
+        value=f"v{offset}".encode(),
+        headers=None,
+        error=error,
+        timestamp=(TIMESTAMP_CREATE_TIME, 1_000 + offset),
+    )
 
 
 class FakeConsumer:
@@ -68,9 +57,9 @@ class FakeConsumer:
         if self.closed:
             raise RuntimeError("Consumer closed")
 
-    def consume(self, num: int, timeout: float) -> list[FakeMessage]:
+    def consume(self, num: int, timeout: float) -> list[Message]:
         self._check()
-        out: list[FakeMessage] = []
+        out: list[Message] = []
         for partition, position in sorted(self.positions.items()):
             if partition in self.paused:
                 continue
@@ -121,16 +110,23 @@ class Pending:
     partition: int
     offset: int
     callback: Callable[[KafkaError | None, Any], None]
+    topic: str = TOPIC
+    key: bytes | None = None
+    value: bytes | None = None
+    timestamp: int = 0
 
-
-@dataclass
-class Delivered:
-    """What a delivery report carries that the pipeline reads: the destination offset."""
-
-    written_at: int
-
-    def offset(self) -> int:
-        return self.written_at
+    def report(self, written_at: int = -1) -> Message:
+        """The message of its delivery report (the destination offset once written)."""
+        return Message(
+            topic=self.topic,
+            partition=self.partition,
+            offset=written_at,
+            key=self.key,
+            value=self.value,
+            headers=None,
+            error=None,
+            timestamp=(TIMESTAMP_CREATE_TIME, self.timestamp),
+        )
 
 
 @dataclass
@@ -143,11 +139,22 @@ class FakeProducer:
     on_flush: Callable[[FakeProducer], None] | None = None
     log_end: dict[int, int] = field(default_factory=dict)  # destination offsets handed out
 
-    def produce(self, topic: str, value: bytes, key: bytes, *, partition: int, on_delivery: Any, **_: Any) -> None:
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes,
+        partition: int,
+        on_delivery: Any,
+        callback: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
+        """confluent-kafka's positional order (``callback`` is ``on_delivery``'s alias)."""
         if len(self.pending) >= self.capacity:
             raise BufferError("queue full")
         offset = int(value.decode()[1:])
-        self.pending.append(Pending(partition, offset, on_delivery))
+        self.pending.append(Pending(partition, offset, on_delivery, topic, key, value, timestamp))
 
     def poll(self, timeout: float = 0) -> int:
         return 0
@@ -166,7 +173,7 @@ class FakeProducer:
         for record in done:
             self.destination.setdefault(record.partition, []).append(record.offset)
             self.log_end[record.partition] = self.log_end.get(record.partition, 0) + 1
-            record.callback(None, Delivered(self.log_end[record.partition] - 1))
+            record.callback(None, record.report(self.log_end[record.partition] - 1))
 
     def fail(self, count: int | None = None, code: int = KafkaError._MSG_TIMED_OUT, *, cascade: bool = True) -> None:
         """The oldest `count` records fail, and with them every later record of their partitions
@@ -179,7 +186,7 @@ class FakeProducer:
         else:
             done, self.pending = self.pending[:count], self.pending[len(self.pending[:count]) :]
         for record in done:
-            record.callback(KafkaError(code), None)
+            record.callback(KafkaError(code), record.report())
 
 
 class Observer:
@@ -187,8 +194,10 @@ class Observer:
         self.gaps: list[str] = []
 
     def fetched(self, pipeline: str, wait_s: float) -> None: ...
-    def queued(self, pipeline: str, seconds: float) -> None: ...
-    def acked(self, pipeline: str, topic: str, partition: int, ack_s: float, timestamp_ms: int) -> None: ...
+    def queued(self, pipeline: str, seconds: float, count: int = 1) -> None: ...
+    def acked(
+        self, pipeline: str, topic: str, partition: int, ack_s: float | None, timestamp_ms: int, count: int = 1
+    ) -> None: ...
     def committed(self, seconds: float) -> None: ...
     def client_stats(self, role: str) -> Callable[[str], None]:
         return lambda _payload: None
@@ -222,6 +231,10 @@ class Rig:
     def step(self, times: int = 1) -> None:
         for _ in range(times):
             self.pipeline._step()
+
+    def reports(self) -> None:
+        """Settle the delivery reports the producer filled (as a loop turn does after its poll)."""
+        self.pipeline._book.settle()
 
     def settle(self, rounds: int = 50) -> None:
         """Run the loop, acknowledging everything, until nothing is left to do."""
@@ -294,6 +307,7 @@ def test_a_batch_fetched_before_a_re_add_is_never_produced_after_it() -> None:
     # The old records 2 and 3 still in flight, then the new owner from 2: nothing from the stale batch.
     assert [p.offset for p in rig.producer.pending] == [2, 3, 2, 3]
     rig.producer.fail()  # every record in flight fails; the new owner resends from 2
+    rig.reports()
     new.rewind_at = 0.0  # skip the back-off
     rig.settle()
     assert_complete(rig.copied(), log)
@@ -301,7 +315,7 @@ def test_a_batch_fetched_before_a_re_add_is_never_produced_after_it() -> None:
     assert GAP_UNEXPECTED not in rig.observer.gaps
 
 
-def test_source_gaps_are_accepted_and_a_dropped_record_rewinds() -> None:
+def test_source_gaps_are_accepted_and_a_dropped_record_rewinds(monkeypatch: pytest.MonkeyPatch) -> None:
     # 3-5 and 8 hold no records (markers, compaction): the consumer's stream jumps by itself.
     log = [0, 1, 2, 6, 7, 9, 10, 11]
     rig = Rig({0: log})
@@ -312,20 +326,23 @@ def test_source_gaps_are_accepted_and_a_dropped_record_rewinds() -> None:
     rig.producer.ack()
     rig.step()
     assert state.checkpoint == 12
-    # A slip in the loop itself (a fetched record lost on the way) must not become a gap.
+    # A slip in the loop itself (a fetched record lost on the way) must not become a gap: the
+    # consumer handed over 12, 13, 14, 15 (the stream records that), the loop lost 13.
     rig.consumer.logs[0] = [*log, 12, 13, 14, 15]
-    take = rig.pipeline._take
 
-    def slip(messages: list[Any]) -> None:
-        take(messages)
-        rig.pipeline._backlog = deque(e for e in rig.pipeline._backlog if e[0].offset() != 13)
+    def slip(messages: list[Any], stream: dict[tuple[str, int], int]) -> list[Run]:
+        [run] = runs_of(messages, stream)
+        lost = run.offsets.index(13)
+        after = Run(run.key, 14, run.messages[lost + 1 :], run.offsets[lost + 1 :])
+        return [Run(run.key, run.before, run.messages[:lost], run.offsets[:lost]), after]
 
-    rig.pipeline._take = slip  # type: ignore[method-assign]
+    monkeypatch.setattr("strait.worker.fetch.runs_of", slip)
     rig.step()
     assert rig.observer.gaps[-1] == GAP_UNEXPECTED
     rig.producer.ack()
+    rig.reports()
     assert state.checkpoint == 13  # 12 acknowledged; never past the dropped 13
-    del rig.pipeline._take
+    monkeypatch.undo()
     rig.settle()
     assert_complete(rig.copied(), rig.consumer.logs[0])
     assert state.checkpoint == 16 and state.rewinds == 1
@@ -345,6 +362,7 @@ def test_a_late_failure_of_a_released_partition_does_not_stop_its_next_owner() -
     rig.pipeline.add(new, 0)  # an abandoned partition assigned again: its old records still fly
     rig.step()
     rig.producer.fail(10, cascade=False)  # the old owner's records time out
+    rig.reports()
     assert old.checkpoint == 0
     assert new.rewind_at is None and 0 not in rig.consumer.paused
     rig.settle()
@@ -377,6 +395,7 @@ def test_a_retriable_failure_resends_from_the_checkpoint_without_loss() -> None:
     rig.step()
     rig.producer.ack(3)
     rig.producer.fail()  # 3-7 time out
+    rig.reports()
     assert state.rewind_at is not None and 0 in rig.consumer.paused
     state.rewind_at = 0.0  # skip the back-off
     rig.settle()
@@ -394,6 +413,7 @@ def test_a_missing_write_acl_waits_and_resumes_once_granted() -> None:
     rig.step()
     rig.producer.ack(2)
     rig.producer.fail(code=KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    rig.reports()
     assert state.error is None and state.waiting is not None
     assert "no ACL allows this on the topic orders-copy" in state.waiting
     assert state.rewind_at is not None and 0 in rig.consumer.paused
@@ -452,6 +472,7 @@ def test_random_interleavings_never_lose_a_record(seed: int) -> None:
             rig.producer.ack(rng.randrange(1, 30))
         elif action < 0.8:
             rig.producer.fail(rng.randrange(1, 5))
+            rig.reports()
             for s in states.values():
                 if s.rewind_at is not None:
                     s.rewind_at = 0.0
@@ -471,6 +492,7 @@ def test_random_interleavings_never_lose_a_record(seed: int) -> None:
             rig.step()
         states[p] = rig.state(p)
         rig.pipeline.add(states[p], old.checkpoint or 0)
+    rig.reports()
     for s in states.values():
         if s.rewind_at is not None:
             s.rewind_at = 0.0

@@ -104,9 +104,11 @@ class Buckets:
         self._counts = [0] * (len(self._bounds) + 1)
         self._total = 0.0
 
-    def observe(self, value: float) -> None:
-        self._counts[bisect.bisect_left(self._bounds, value)] += 1
-        self._total += value
+    def observe(self, value: float, count: int = 1) -> None:
+        """One observation, or ``count`` observations of the same value (a sample standing for
+        ``count`` records: the copy loop samples delivery reports, see strait.worker.deliveries)."""
+        self._counts[bisect.bisect_left(self._bounds, value)] += count
+        self._total += value * count
 
     def snapshot(self) -> BucketCounts:
         return BucketCounts(self._bounds, tuple(self._counts), self._total)

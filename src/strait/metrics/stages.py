@@ -7,6 +7,8 @@ The copier and its fetch pipelines call a `RouteObserver` at each stage of a rec
   wait behind the rest of their batch);
 - ``produce_ack``: from producing a record to the destination's acknowledgement, labelled with
   the destination broker leading the partition (a full producer queue shows up here);
+  the record copy loop reports a systematic sample of its records, each standing for ``count``
+  records (see strait.worker.deliveries), so counts still add up to records;
 - ``checkpoint_commit``: committing checkpoints to the source cluster.
 
 End-to-end latency runs from the source record's timestamp to the destination's
@@ -52,8 +54,10 @@ class CopyObserver(Protocol):
     """What the copier and its pipelines report; `RouteObserver` is the real one."""
 
     def fetched(self, pipeline: str, wait_s: float) -> None: ...
-    def queued(self, pipeline: str, seconds: float) -> None: ...
-    def acked(self, pipeline: str, topic: str, partition: int, ack_s: float, timestamp_ms: int) -> None: ...
+    def queued(self, pipeline: str, seconds: float, count: int = 1) -> None: ...
+    def acked(
+        self, pipeline: str, topic: str, partition: int, ack_s: float | None, timestamp_ms: int, count: int = 1
+    ) -> None: ...
     def committed(self, seconds: float) -> None: ...
     def client_stats(self, role: str) -> Callable[[str], None]: ...
     def offset_gap(self, kind: str) -> None: ...
@@ -87,20 +91,25 @@ class RouteObserver:
     def fetched(self, pipeline: str, wait_s: float) -> None:
         self._stage(pipeline, FETCH_WAIT, ANY_BROKER).observe(wait_s)
 
-    def queued(self, pipeline: str, seconds: float) -> None:
-        self._stage(pipeline, QUEUED, ANY_BROKER).observe(seconds)
+    def queued(self, pipeline: str, seconds: float, count: int = 1) -> None:
+        """``count`` records waited ``seconds`` (a produce pass reports its records together)."""
+        self._stage(pipeline, QUEUED, ANY_BROKER).observe(seconds, count)
 
-    def acked(self, pipeline: str, topic: str, partition: int, ack_s: float, timestamp_ms: int) -> None:
-        """`topic` is the destination topic (the one the acknowledgement is for)."""
-        broker = self._leaders.get(DESTINATION, {}).get((topic, partition), "unknown")
-        self._stage(pipeline, PRODUCE_ACK, broker).observe(ack_s)
+    def acked(
+        self, pipeline: str, topic: str, partition: int, ack_s: float | None, timestamp_ms: int, count: int = 1
+    ) -> None:
+        """`topic` is the destination topic (the one the acknowledgement is for); one record's
+        figures standing for ``count`` records; ``ack_s`` None when the client did not measure it."""
+        if ack_s is not None:
+            broker = self._leaders.get(DESTINATION, {}).get((topic, partition), "unknown")
+            self._stage(pipeline, PRODUCE_ACK, broker).observe(ack_s, count)
         if timestamp_ms > 0:
             self._last_timestamp[(topic, partition)] = timestamp_ms
             key = (pipeline, topic)
             buckets = self._e2e.get(key)
             if buckets is None:
                 buckets = self._e2e[key] = Buckets()
-            buckets.observe(max(0.0, self._clock() - timestamp_ms / 1000))
+            buckets.observe(max(0.0, self._clock() - timestamp_ms / 1000), count)
 
     def committed(self, seconds: float) -> None:
         self._stage("control", CHECKPOINT_COMMIT, ANY_BROKER).observe(seconds)

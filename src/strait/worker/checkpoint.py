@@ -13,7 +13,6 @@ accepting it would let the checkpoint pass a record that never reached the desti
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Literal
 
 
@@ -49,24 +48,32 @@ class AckTracker:
     """Tracks in-flight records of one partition and derives its checkpoint.
 
     ``position`` starts at the offset copying starts from. Every sent record is registered with
-    :meth:`sent` in offset order; :meth:`acked` and :meth:`failed` may arrive in any order.
+    :meth:`sent` (or a stretch of consecutive ones with :meth:`sent_range`) in offset order;
+    :meth:`acked`, :meth:`acked_range` and :meth:`failed` may arrive in any order.
     ``position`` only moves forward, and only past records that were acknowledged with every
     record sent before them also acknowledged. A failed record pins ``position`` at its offset
     until :meth:`rewind` starts over from there.
+
+    Built for acknowledgements that come in stretches (the copy loop settles delivery reports
+    once per poll): registering or acknowledging a stretch is a few set operations, and an
+    in-order stretch moves the checkpoint without visiting its offsets one by one.
     """
 
-    __slots__ = ("_acked", "_failed", "_last_sent", "_outstanding", "_position", "_sent_order")
+    __slots__ = ("_acked", "_failed", "_head", "_last_sent", "_outstanding", "_position", "_sent")
 
     def __init__(self, position: int) -> None:
         if position < 0:
             raise ValueError(f"position must be a real offset, got {position}")
         self._position = position
         self._last_sent = position - 1
-        # Offsets sent and not yet passed by the checkpoint, in send (= offset) order.
-        self._sent_order: deque[int] = deque()
+        # Offsets sent and not yet passed by the checkpoint are _sent[_head:], increasing; the
+        # passed ones before _head are cut off now and then (one cut per many records).
+        self._sent: list[int] = []
+        self._head = 0
         # Offsets sent and neither acknowledged nor failed yet.
         self._outstanding: set[int] = set()
-        # Acknowledged offsets still waiting for an earlier offset to be acknowledged.
+        # Acknowledged offsets still waiting for an earlier offset to be acknowledged; always a
+        # subset of the pending offsets in _sent.
         self._acked: set[int] = set()
         self._failed: set[int] = set()
 
@@ -88,7 +95,7 @@ class AckTracker:
     @property
     def pending(self) -> int:
         """Records sent and not yet behind the checkpoint (in flight, acked early, or failed)."""
-        return len(self._sent_order)
+        return len(self._sent) - self._head
 
     @property
     def blocked(self) -> bool:
@@ -102,17 +109,44 @@ class AckTracker:
         ``source_gap=True``, the caller's word that the source holds no record in between
         (compaction, transaction markers, aborted records). Otherwise ``UnexpectedGap``.
         """
+        self._check_next(offset, source_gap)
+        self._last_sent = offset
+        self._sent.append(offset)
+        self._outstanding.add(offset)
+
+    def sent_range(self, first: int, count: int, *, source_gap: bool = False) -> None:
+        """Register ``count`` consecutive records from ``first`` on: ``count`` calls of :meth:`sent`
+        (``source_gap`` vouches for a gap before ``first`` only)."""
+        if count < 1:
+            return
+        self._check_next(first, source_gap)
+        offsets = range(first, first + count)
+        self._last_sent = first + count - 1
+        self._sent.extend(offsets)
+        self._outstanding.update(offsets)
+
+    def _check_next(self, offset: int, source_gap: bool) -> None:
         if offset <= self._last_sent:
             raise OutOfOrderSend(f"offset {offset} sent after {self._last_sent}")
         if offset > self._last_sent + 1 and not source_gap:
             raise UnexpectedGap(f"offset {offset} sent while {self._last_sent + 1} was expected")
-        self._last_sent = offset
-        self._sent_order.append(offset)
-        self._outstanding.add(offset)
 
     def acked(self, offset: int) -> bool:
         """Record the destination's acknowledgement; True if the checkpoint moved."""
         self._resolve(offset, self._acked)
+        return self._advance()
+
+    def acked_range(self, first: int, count: int) -> bool:
+        """Acknowledge the offsets ``first`` to ``first + count - 1`` (those that were sent and are
+        still in flight; others are ignored, as in :meth:`acked`); True if the checkpoint moved."""
+        offsets = range(first, first + count)
+        outstanding = self._outstanding
+        if outstanding.issuperset(offsets):
+            outstanding.difference_update(offsets)
+            self._acked.update(offsets)
+        else:
+            for offset in offsets:
+                self._resolve(offset, self._acked)
         return self._advance()
 
     def failed(self, offset: int) -> None:
@@ -126,7 +160,7 @@ class AckTracker:
         The caller vouches that every record below ``offset`` was sent and acknowledged; with
         records pending or a failed record the call is ignored.
         """
-        if self._sent_order or offset <= self._position:
+        if self.pending or offset <= self._position:
             return False
         self._position = offset
         self._last_sent = max(self._last_sent, offset - 1)
@@ -139,7 +173,8 @@ class AckTracker:
         """
         if self.in_flight:
             raise RuntimeError("cannot rewind while records are in flight")
-        self._sent_order.clear()
+        self._sent.clear()
+        self._head = 0
         self._acked.clear()
         self._failed.clear()
         self._last_sent = self._position - 1
@@ -153,14 +188,29 @@ class AckTracker:
             into.add(offset)
 
     def _advance(self) -> bool:
-        moved = False
-        in_flight, acked = self._sent_order, self._acked
-        while in_flight and in_flight[0] in acked:
-            offset = in_flight.popleft()
-            acked.discard(offset)
-            self._position = offset + 1
-            moved = True
-        return moved
+        acked = self._acked
+        if not acked:
+            return False
+        sent, head = self._sent, self._head
+        done = len(acked)
+        # The acknowledged offsets are pending offsets: they are exactly the first `done`
+        # pending ones when the largest of them is the done-th (the usual in-order case).
+        if sent[head + done - 1] == max(acked):
+            acked.clear()
+        else:
+            done = 0
+            while sent[head + done] in acked:
+                acked.discard(sent[head + done])
+                done += 1
+            if not done:
+                return False
+        head += done
+        self._position = sent[head - 1] + 1
+        if head >= 4096 and head * 2 >= len(sent):
+            del sent[:head]
+            head = 0
+        self._head = head
+        return True
 
 
 def start_offset(start: Literal["earliest", "latest"], checkpoint: int | None, low: int, high: int) -> int:

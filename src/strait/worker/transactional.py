@@ -307,7 +307,7 @@ class TransactionalPipeline(RecordPipeline):
             if self._commit_offsets is None:
                 # Every record of the transaction acknowledged (or failed) first: the offsets
                 # sent with it must be exactly the end of what it holds.
-                client_call(self._producer.flush, TRANSACTION_TIMEOUT_S)
+                client_call(self._flush, TRANSACTION_TIMEOUT_S)  # and settle the reports it served
                 if self._abort_needed or any(
                     s.tracker is None or s.tracker.in_flight or s.tracker.blocked for s in self._in_txn.values()
                 ):

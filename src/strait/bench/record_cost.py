@@ -1,0 +1,131 @@
+"""The record copy loop's own cost per record, without Kafka brokers: ``python -m strait.bench.record_cost``.
+
+One :class:`~strait.worker.fetch.RecordPipeline` copies a topic of ``--records`` records of
+``--size`` bytes to another topic of librdkafka's built-in mock cluster (``test.mock.num.brokers``:
+in-process brokers written in C, no JVM), with the real consumer, idempotent producer, delivery
+reports and a :class:`~strait.metrics.stages.RouteObserver`. The loop runs on this thread, so
+``time.thread_time()`` is the Python loop's CPU per record (its C calls included; librdkafka's
+own threads and the mock brokers excluded). Repeated ``--repeats`` times; the best run is the one
+least disturbed by other work on the machine, and the load average is printed next to it.
+
+To compare with another version of the code, run this file with ``PYTHONPATH`` pointing at that
+version's ``src`` (the pipeline's constructor and ``_step`` are all it uses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+from confluent_kafka import Producer
+
+from strait.metrics.stages import RouteObserver
+from strait.worker.fetch import RecordPipeline
+from strait.worker.pipeline import CATCHUP_SETTINGS, PartitionState
+from strait.worker.task import PartitionTask
+
+SOURCE, DESTINATION = "cost-source", "cost-destination"
+
+
+def mock_cluster() -> tuple[Any, str]:
+    """A mock cluster (alive as long as the returned handle) and its bootstrap servers."""
+    owner = Producer({"test.mock.num.brokers": 1, "log_level": 3})
+    brokers = owner.list_topics(timeout=10).brokers.values()
+    return owner, ",".join(f"{b.host}:{b.port}" for b in brokers)
+
+
+def load(bootstrap: str, records: int, size: int, compression: str) -> None:
+    """Create both topics (the mock cluster makes a topic of one partition when a client that
+    may auto-create asks for its metadata) and write the source topic."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "compression.type": compression,
+            "linger.ms": 50,
+            "queue.buffering.max.messages": 1_000_000,
+            "log_level": 3,
+        }
+    )
+    for topic in (SOURCE, DESTINATION):
+        producer.list_topics(topic, timeout=10)
+    value = os.urandom(size)
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(SOURCE, value, b"key", partition=0)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(60)
+
+
+def copy_once(bootstrap: str, records: int, group: str) -> dict[str, float]:
+    """Copy the whole source topic once; wall and loop-thread CPU time."""
+    props = {"bootstrap.servers": bootstrap, "log_level": 3}
+    pipeline = RecordPipeline(
+        name="catchup",
+        source=props,
+        destination=props,
+        group_id=group,
+        client_id=group,
+        settings=CATCHUP_SETTINGS,
+        observer=RouteObserver("cost"),
+    )
+    state = PartitionState(PartitionTask("cost", SOURCE, 0, DESTINATION))
+    pipeline.add(state, 0)
+    # Warm up: the first records wait for metadata, producer ids and the first fetch.
+    deadline = time.monotonic() + 60
+    while (state.checkpoint or 0) < min(1000, records) and time.monotonic() < deadline and not state.error:
+        pipeline._step()
+    start_records = state.checkpoint or 0
+    wall, cpu = time.perf_counter(), time.thread_time()
+    while (state.checkpoint or 0) < records and time.monotonic() < deadline + 600 and not state.error:
+        pipeline._step()
+    if state.error:
+        raise SystemExit(f"the copy failed: {state.error}")
+    wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+    copied = (state.checkpoint or 0) - start_records
+    pipeline._stopping.set()
+    pipeline._shutdown()
+    pipeline._producer.flush(10)
+    return {
+        "records": copied,
+        "wall_s": round(wall, 3),
+        "loop_cpu_s": round(cpu, 3),
+        "records_per_s": round(copied / wall) if wall else 0.0,
+        "loop_us_per_record": round(1e6 * cpu / copied, 3) if copied else 0.0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--compression", default="none")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    owner, bootstrap = mock_cluster()
+    load(bootstrap, args.records, args.size, args.compression)
+    runs = [copy_once(bootstrap, args.records, f"cost-{n}") for n in range(args.repeats)]
+    best = min(runs, key=lambda r: r["loop_us_per_record"])
+    print(
+        json.dumps(
+            {
+                "records": args.records,
+                "size": args.size,
+                "compression": args.compression,
+                "best": best,
+                "runs": runs,
+                "load_average": [round(x, 2) for x in os.getloadavg()],
+            },
+            indent=1,
+        )
+    )
+    del owner
+
+
+if __name__ == "__main__":
+    main()
