@@ -2,7 +2,8 @@
 
 The destination is read with ``read_committed``, as an exactly-once consumer would: every
 source record must be there exactly once, in order, including across a fenced (zombie) owner
-whose partitions a second worker took over.
+whose partitions a second worker took over. The offset map is written in the same transactions:
+it maps every committed copy and no aborted one, so failover stays exact across the fence.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from strait import clients
-from strait.config import RouteConfig
+from strait.config import RouteConfig, parse_config
 from strait.demo import Generator, create_topic, wait_until
 from strait.fencing import PIPELINES, fence, transactional_id
+from strait.offsetmap import failover
+from strait.offsetmap.store import read_map
 from strait.sandbox import Sandbox
 from strait.worker.copier import Copier
 from strait.worker.exactly_once import exactly_once_parts
@@ -79,9 +82,9 @@ def _read_committed(props: dict[str, str], topic: str, partitions: int, idle_s: 
 def make_copier(sandbox: Sandbox) -> Iterator[Callable[..., Copier]]:
     made: list[Copier] = []
 
-    def make(route: str, worker_id: str) -> Copier:
+    def make(route: str, worker_id: str, **options: Any) -> Copier:
         src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
-        config = RouteConfig(name=route, source="src", destination="dst", delivery="exactly-once")
+        config = RouteConfig(name=route, source="src", destination="dst", delivery="exactly-once", **options)
         copier = Copier(
             route=route,
             source=src,
@@ -123,6 +126,57 @@ def _describe(seqs: dict[int, list[int]], count: int) -> str:
     return "; ".join(out)
 
 
+def _copies(props: dict[str, str], topic: str, partition: int, isolation: str) -> dict[int, str]:
+    """Destination offset -> value of every record a reader at ``isolation`` finds in the partition."""
+    consumer = clients.consumer(
+        props,
+        **{
+            "group.id": _name("peek"),
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+        },
+    )
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    found: dict[int, str] = {}
+    deadline = time.monotonic() + 90
+    try:
+        while True:
+            assert time.monotonic() < deadline, f"{topic}/{partition} not read to its end"
+            for message in consumer.consume(1000, 0.5):
+                error = message.error()
+                if error is None:
+                    found[message.offset() or 0] = (message.value() or b"").decode()
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    return found
+    finally:
+        consumer.close()
+
+
+def assert_map_is_exact(src: dict[str, str], dst: dict[str, str], route: str, topic: str, partitions: int) -> int:
+    """The route's offset map, read as failover reads it, maps every committed copy to the
+    source record it copies, and no aborted copy. Returns how many aborted copies the
+    destination holds."""
+    offset_map = read_map(dst, route)
+    aborted_copies = 0
+    for p in range(partitions):
+        committed = _copies(dst, topic, p, "read_committed")
+        originals = _copies(src, topic, p, "read_committed")
+        aborted = set(_copies(dst, topic, p, "read_uncommitted")) - set(committed)
+        aborted_copies += len(aborted)
+        entry = offset_map.get((topic, p))
+        assert entry is not None, f"partition {p} has no run"
+        mapped = {run.destination + i: run.source + i for run in entry.runs for i in range(run.count)}
+        assert not aborted & set(mapped), f"partition {p}: runs map {len(aborted & set(mapped))} aborted copies"
+        assert set(mapped) == set(committed), (
+            f"partition {p}: {len(set(committed) - set(mapped))} committed copies unmapped, "
+            f"{len(set(mapped) - set(committed))} mapped offsets hold no committed copy"
+        )
+        wrong = [d for d, source in mapped.items() if committed[d] != originals.get(source)]
+        assert not wrong, f"partition {p}: {len(wrong)} runs name the wrong source offset, e.g. {wrong[:3]}"
+    return aborted_copies
+
+
 def _checkpoints(copier: Copier, tasks: list[PartitionTask]) -> list[Any]:
     stats = copier.stats()
     return [stats[t].checkpoint if t in stats else None for t in tasks]
@@ -155,10 +209,12 @@ def test_a_fenced_owner_writes_nothing_more_and_its_successor_copies_exactly_onc
     route, topic, partitions = _name("eosz"), _name("eos-zombie"), 2
     _create(src, topic, partitions)
     _produce(src, topic, partitions, 0, 2000)
-    zombie = make_copier(route, "w1")
+    # Transactions of 30 s: the fence below lands while one holds acknowledged copies.
+    zombie = make_copier(route, "w1", transaction_interval_ms=30_000)
     tasks = [PartitionTask(route, topic, p, topic) for p in range(partitions)]
     zombie.assign(tasks)
-    _wait(lambda: all(c is not None and c > 0 for c in _checkpoints(zombie, tasks)), 60, "the first owner copying")
+    stats = zombie.stats
+    _wait(lambda: all(t in stats() and stats()[t].records > 0 for t in tasks), 60, "the first owner copying")
     # What the controller does when a worker's session ends: fence its transactional ids.
     fence(dst, [transactional_id(route, "w1", p) for p in PIPELINES], timeout_s=30)
     _produce(src, topic, partitions, 2000, 2000)  # more records: the zombie must copy none of them
@@ -171,6 +227,39 @@ def test_a_fenced_owner_writes_nothing_more_and_its_successor_copies_exactly_onc
     seqs = _read_committed(dst, topic, partitions)
     for p in range(partitions):
         assert seqs[p] == list(range(4000)), _describe({p: seqs[p]}, 4000)
+    # The fence aborted the zombie's open transaction: its copies are on the destination, unread.
+    aborted = assert_map_is_exact(src, dst, route, topic, partitions)
+    print(f"\nfenced mid-transaction: {aborted} aborted copies on the destination, none in the offset map")
+    assert aborted > 0, "the fence aborted no copy: the map was not put to the test"
+    # A group that consumed on the source fails over to exactly the next record.
+    group = _name("app")
+    committed = {0: 1000, 1: 3000}
+    committer = clients.consumer(src, **{"group.id": group, "enable.auto.commit": False})
+    committer.commit(offsets=[TopicPartition(topic, p, o) for p, o in committed.items()], asynchronous=False)
+    committer.close()
+    config = parse_config(
+        {
+            "clusters": {"src": src, "dst": dst},
+            "routes": [{"name": route, "source": "src", "destination": "dst", "delivery": "exactly-once"}],
+        },
+        environ={},
+    )
+    planned = failover.plan(config, route, group)
+    assert all(p.exact and p.not_replicated == 0 for p in planned), planned
+    failover.apply(config, route, group, planned)
+    reader = clients.consumer(dst, **{"group.id": group, "enable.auto.commit": False, "auto.offset.reset": "error"})
+    reader.assign([TopicPartition(topic, p) for p in range(partitions)])  # from the group's offsets
+    first: dict[int, str] = {}
+    deadline = time.monotonic() + 60
+    try:
+        while len(first) < partitions:
+            assert time.monotonic() < deadline, f"the destination group read only {first}"
+            for message in reader.consume(100, 0.5):
+                assert message.error() is None, message.error()
+                first.setdefault(message.partition() or 0, (message.value() or b"").decode())
+    finally:
+        reader.close()
+    assert first == {p: f"{p}:{o}" for p, o in committed.items()}, planned
 
 
 def test_a_frozen_worker_past_its_session_is_fenced_and_nothing_is_copied_twice(
@@ -212,6 +301,9 @@ def test_a_frozen_worker_past_its_session_is_fenced_and_nothing_is_copied_twice(
             interval_s=2.0,
         )
         seqs = _read_committed(dst, topic, partitions)
+        # The frozen worker's open transactions were aborted by its fence: no run maps them.
+        aborted = assert_map_is_exact(src, dst, "main", topic, partitions)
+        print(f"\nfrozen past its session: {aborted} aborted copies on the destination, none in the offset map")
     for p in range(partitions):
         lost = produced[p] - len(set(seqs[p]))
         duplicates = len(seqs[p]) - len(set(seqs[p]))

@@ -111,3 +111,61 @@ def test_entries_survive_the_codec_and_name_their_route() -> None:
     assert map_topic("billing") == "__strait_offsets.billing"
     with pytest.raises(ValueError):
         decode(b'{"t": "orders"}')
+
+
+def _transactional_copy(rng: random.Random) -> tuple[dict[int, int], list[Run]]:
+    """An exactly-once copy: records go into transactions that commit or abort; each commit
+    takes the runs into the transaction first (then keep), each abort rolls them back and the
+    copy resends from the last committed position. Returns the committed destination records
+    (destination offset -> source offset) and the runs of the committed transactions."""
+    source = sorted(rng.sample(range(400), rng.randrange(1, 200)))  # offsets with gaps
+    recorder, published = RunRecorder(), []
+    committed: dict[int, int] = {}
+    durable, destination = 0, rng.randrange(0, 20)
+    while durable < len(source):
+        batch = source[durable : durable + rng.randrange(1, 30)]
+        written = {}
+        for offset in batch:
+            recorder.note(offset, destination)
+            written[destination] = offset
+            destination += 1
+        taken = recorder.take()  # produced into the transaction before it commits
+        destination += 1  # the commit or abort marker
+        if rng.random() < 0.25:
+            recorder.rollback()  # aborted: neither its records nor its runs are ever read
+            continue
+        recorder.keep()
+        published += taken
+        committed.update(written)
+        durable += len(batch)
+    return committed, published
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_runs_of_aborted_transactions_are_never_published_and_committed_records_all_are(seed: int) -> None:
+    rng = random.Random(seed)
+    committed, published = _transactional_copy(rng)
+    runs = merge(published)
+    covered: dict[int, int] = {}
+    for run in runs:
+        for i in range(run.count):
+            covered[run.destination + i] = run.source + i
+    assert covered == committed  # no aborted copy mapped, no committed one missing
+    by_source = {s: d for d, s in committed.items()}
+    for offset, copy in by_source.items():
+        assert translate(runs, offset).destination == copy
+
+
+def test_a_rollback_returns_to_the_last_kept_run() -> None:
+    recorder = RunRecorder()
+    for offset in range(5):
+        recorder.note(offset, offset)
+    assert recorder.take() == [Run(0, 0, 5)]
+    recorder.keep()
+    recorder.note(5, 5)
+    recorder.note(7, 9)
+    assert recorder.take() == [Run(0, 0, 6), Run(7, 9, 1)]
+    recorder.rollback()
+    assert recorder.take() == [], "the kept run is not published again"
+    recorder.note(5, 11)  # resent after the abort marker
+    assert recorder.take() == [Run(0, 0, 5), Run(5, 11, 1)]

@@ -13,6 +13,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from strait.offsetmap import store
+from strait.offsetmap.codec import decode, map_topic
+from strait.offsetmap.runs import Run
+from strait.offsetmap.translate import merge, translate
 from strait.worker import transactional
 from strait.worker.deadline import CallHung, DeadlineRunner
 from strait.worker.pipeline import PartitionState, PipelineSettings
@@ -355,3 +359,113 @@ def test_a_replacement_producer_takes_the_id_only_with_a_confirmed_lease(monkeyp
         assert replacement.calls[0] == "init" and replacement.committed.get(0) == [0, 1, 2, 3, 4]
     finally:
         hang.set()
+
+
+class MapTxnProducer(ScriptedProducer):
+    """Also takes the offset map's records: held until flushed, read only once committed; and
+    remembers which destination offset each committed copy of partition 0 has."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refuse_map = False
+        self.map_pending: list[tuple[bytes, Any]] = []
+        self.map_open: list[bytes] = []
+        self.map_committed: list[bytes] = []
+        self.open_copies: dict[int, int] = {}  # destination offset -> source offset
+        self.committed_copies: dict[int, int] = {}
+
+    def produce(self, topic: str, value: bytes, key: bytes, *, partition: int, on_delivery: Any, **_: Any) -> None:
+        if topic == map_topic("r"):
+            self.map_pending.append((value, on_delivery))
+        else:
+            super().produce(topic, value, key, partition=partition, on_delivery=on_delivery)
+
+    def ack(self, count: int | None = None) -> None:
+        start, seen = self.log_end.get(0, 0), len(self.destination.get(0, []))
+        super().ack(count)
+        for i, source in enumerate(self.destination.get(0, [])[seen:]):
+            self.open_copies[start + i] = source
+
+    def flush(self, timeout: float = 0) -> int:
+        for value, delivered in self.map_pending:
+            if self.refuse_map:
+                delivered(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), None)
+            else:
+                self.map_open.append(value)
+                delivered(None, None)
+        self.map_pending.clear()
+        return super().flush(timeout)
+
+    def commit_transaction(self, *args: Any) -> None:
+        super().commit_transaction(*args)
+        self.committed_copies.update(self.open_copies)
+        self.map_committed += self.map_open
+        self.open_copies, self.map_open = {}, []
+
+    def abort_transaction(self, *args: Any) -> None:
+        super().abort_transaction(*args)
+        self.open_copies, self.map_open, self.map_pending = {}, [], []
+
+    def runs(self) -> list[Run]:
+        return merge(decode(value).run for value in self.map_committed)
+
+
+def _abortable() -> KafkaError:
+    return KafkaError(KafkaError._STATE, "abortable", txn_requires_abort=True)
+
+
+def test_the_map_holds_runs_of_committed_copies_only_written_in_their_transactions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    monkeypatch.setattr(store, "ensure_map_topic", lambda *_: True)
+    producer = MapTxnProducer()
+    consumer = FakeConsumer({0: list(range(5))})
+    pipeline = _pipeline(consumer, producer, transaction_interval_s=3600.0, map_route="r")
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    pipeline._step()  # 0..4 copied and committed with the start, their run with them
+    assert producer.runs() == [Run(0, 0, 5)]
+    consumer.logs[0] += list(range(5, 10))
+    pipeline._step()
+    producer.ack()  # 5..9 acknowledged at 5..9 inside the open transaction: one run 0..9 so far
+    producer.errors["send_offsets"] = [_abortable()]  # the transaction aborts after its runs went in
+    pipeline._commit_soon = True
+    pipeline._step()
+    assert producer.calls.count("abort-asked") == 1 and producer.runs() == [Run(0, 0, 5)]
+    for _ in range(3):  # resent from the checkpoint, committed
+        pipeline._commit_soon = True
+        pipeline._step()
+    assert producer.committed.get(0) == list(range(10)) and state.durable == 10
+    assert producer.committed_copies == {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 10: 5, 11: 6, 12: 7, 13: 8, 14: 9}
+    runs = producer.runs()
+    assert runs == [Run(0, 0, 5), Run(5, 10, 5)], "a run maps the aborted copies at 5..9"
+    for source in range(10):
+        assert translate(runs, source).destination == {s: d for d, s in producer.committed_copies.items()}[source]
+
+
+def test_a_map_that_cannot_be_written_costs_one_abort_not_the_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    monkeypatch.setattr(store, "ensure_map_topic", lambda *_: True)
+    producer = MapTxnProducer()
+    producer.refuse_map = True
+    pipeline = _pipeline(FakeConsumer({0: list(range(5))}), producer, transaction_interval_s=0.0, map_route="r")
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    for _ in range(6):
+        pipeline._step()
+    assert producer.committed.get(0) == [0, 1, 2, 3, 4] and state.durable == 5
+    assert producer.map_committed == [] and pipeline._map is not None and pipeline._map.failures >= 1
+
+
+def test_a_route_without_a_map_keeps_no_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    producer = MapTxnProducer()
+    consumer = FakeConsumer({0: list(range(5))})
+    pipeline = _pipeline(consumer, producer, transaction_interval_s=0.0)
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    for _ in range(4):
+        pipeline._step()
+    assert state.durable == 5 and producer.map_committed == []
+    assert state.runs.take() == [], "runs piled up with nobody to publish them"

@@ -33,15 +33,21 @@ class RunRecorder:
 
     ``note`` is on the per-record path: it only compares and adds. ``take`` returns the runs
     that changed since the last ``take`` (the open last run again whenever it grew).
+
+    An exactly-once pipeline takes the runs into its open transaction; if that transaction
+    aborts, its records were never copied: ``rollback`` forgets everything noted or taken since
+    the last ``keep`` (called when a transaction committed), so no run ever maps them.
     """
 
-    __slots__ = ("_closed", "_lock", "_open", "_taken")
+    __slots__ = ("_closed", "_kept", "_last_taken", "_lock", "_open", "_taken")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._closed: list[Run] = []
         self._open: list[int] | None = None  # [source, destination, count]
         self._taken = 0  # the open run's count when last taken
+        self._last_taken: Run | None = None  # the open run as last taken
+        self._kept: Run | None = None  # ... as of the last keep(): where a rollback returns
 
     def note(self, source_offset: int, destination_offset: int) -> None:
         run = self._open
@@ -79,4 +85,21 @@ class RunRecorder:
                 if runs or current.count != self._taken:
                     runs.append(current)
                 self._taken = current.count
+                self._last_taken = current
         return runs
+
+    def keep(self) -> None:
+        """What was taken is durable now (its transaction committed): a rollback returns here."""
+        with self._lock:
+            self._kept = self._last_taken
+
+    def rollback(self) -> None:
+        """Forget every run noted or taken since the last :meth:`keep` (their records were
+        aborted): the next record starts a new run, or extends the kept one. The exactly-once
+        pipeline takes every run before each commit, so nothing committed is forgotten."""
+        with self._lock:
+            kept = self._kept
+            self._closed = []
+            self._open = None if kept is None else [kept.source, kept.destination, kept.count]
+            self._taken = 0 if kept is None else kept.count
+            self._last_taken = kept

@@ -105,7 +105,8 @@ def copier_factory(
             from strait.worker.exactly_once import exactly_once_parts
 
             extra = exactly_once_parts(route, source=source, destination=destination, worker_id=worker_id, lease=valid)
-        if route.offset_map:
+        if route.offset_map and route.delivery != "exactly-once":
+            # (An exactly-once route's pipelines write the map inside their transactions.)
             from strait.offsetmap.store import MapWriter
 
             extra["offset_map"] = MapWriter(destination, route.name, client_id=f"strait-{route.name}-{worker_id}")

@@ -27,7 +27,8 @@ def exactly_once_parts(
     lease: Callable[[], bool] = always,
 ) -> dict[str, Any]:
     """The ``Copier`` keyword arguments of an exactly-once route: transactional pipelines whose
-    ids name the route, this worker and the pipeline, and checkpoints read from the destination."""
+    ids name the route, this worker and the pipeline (and write the route's offset map in their
+    transactions), and checkpoints read from the destination."""
     from strait.worker.agent import checkpoint_group
 
     return {
@@ -38,6 +39,8 @@ def exactly_once_parts(
             transaction_interval_s=route.transaction_interval_ms / 1000,
             transaction_max_bytes=route.transaction_max_bytes,
             lease=lease,
+            # The offset map's runs go into the same transactions as their records.
+            map_route=route.name if route.offset_map else None,
         ),
         "checkpoints": DestinationCheckpoints(
             route=route.name,

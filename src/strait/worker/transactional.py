@@ -6,6 +6,8 @@ release protocol), with a transactional producer on the destination. Every
 released) the open transaction is flushed, the source offsets it covers are added to it with
 ``send_offsets_to_transaction`` (group ``strait.<route>`` on the destination), and it commits:
 records and checkpoints become visible to ``read_committed`` readers at once, or not at all.
+The offset map's runs of those records go into the same transaction (``map_route``), written
+once the records are acknowledged and before the commit, so the map never maps an aborted copy.
 
 - A failed record or an abortable error aborts the transaction; every partition in it goes
   back to its last committed checkpoint (:attr:`PartitionState.durable`) and is fetched again.
@@ -26,6 +28,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from strait import clients
 from strait.access_errors import explain
+from strait.offsetmap.store import TransactionMap
 from strait.worker import provenance
 from strait.worker.checkpoint import AckTracker
 from strait.worker.deadline import CallHung, DeadlineRunner
@@ -63,9 +66,12 @@ class TransactionalPipeline(RecordPipeline):
         transaction_interval_s: float = 0.1,
         transaction_max_bytes: int = 16 * 1024 * 1024,
         lease: Callable[[], bool] = always,
+        map_route: str | None = None,
         **kwargs: Any,
     ) -> None:
         self._lease = lease
+        # The route whose offset map this pipeline's transactions carry (None: no map).
+        self._map = TransactionMap(kwargs["destination"], map_route) if map_route else None
         self._transactional_id = transactional_id(kwargs["name"])
         self._checkpoint_group = checkpoint_group
         self._interval_s = transaction_interval_s
@@ -313,6 +319,8 @@ class TransactionalPipeline(RecordPipeline):
                 ):
                     self._abort("records of the transaction were not acknowledged")
                     return
+                if not self._write_runs():
+                    return
                 offsets = {s.task: s.tracker.position for s in self._in_txn.values() if s.tracker is not None}
                 # Both calls may block past their timeout when a coordinator went away (deadline.py).
                 self._calls.call(
@@ -339,9 +347,25 @@ class TransactionalPipeline(RecordPipeline):
         self._txn_started = time.monotonic()
         self._retries = 0
         for state in self._in_txn.values():
+            state.runs.keep()
             if state.task in offsets:
                 state.durable = offsets[state.task]
         self._in_txn.clear()
+
+    def _write_runs(self) -> bool:
+        """Put the runs of the transaction's records into it (all acknowledged: their
+        destination offsets are known). False when they could not be and it was aborted."""
+        runs = [
+            (s.task.topic, s.task.partition, s.task.destination_topic, run)
+            for s in self._in_txn.values()
+            for run in s.runs.take()  # taken even without a map: a route without one keeps none
+        ]
+        if self._map is None:
+            return True
+        failure = self._map.put(self._producer, runs, lambda: client_call(self._producer.flush, TRANSACTION_TIMEOUT_S))
+        if failure is not None:
+            self._abort(f"the offset map's runs were not written: {failure}")
+        return failure is None
 
     def _replace_producer(self, reason: str, *, outcome_known: bool) -> None:
         """Start over with a new producer of the same transactional id.
@@ -388,6 +412,7 @@ class TransactionalPipeline(RecordPipeline):
         for key, state in self._unresolved.items():
             if self._in_txn.get(key) is state:
                 del self._in_txn[key]
+            state.runs.rollback()
             if state.durable is not None:
                 state.tracker = AckTracker(state.durable)
             self._fail(state, "fenced: the outcome of a transaction is unknown; restart from the committed checkpoint")
@@ -413,6 +438,7 @@ class TransactionalPipeline(RecordPipeline):
 
     def _restart_from_durable(self, key: Key, state: PartitionState) -> None:
         """Forget everything after the last committed checkpoint and fetch from there again."""
+        state.runs.rollback()
         durable = state.durable if state.durable is not None else (state.tracker.position if state.tracker else 0)
         state.tracker = AckTracker(durable)
         state.rewinds += 1
@@ -453,6 +479,7 @@ class TransactionalPipeline(RecordPipeline):
         self._fenced = reason
         for state in {*self._states.values(), *self._in_txn.values(), *(s for s, _ in self._draining)}:
             self._fail(state, f"fenced: {reason}")
+            state.runs.rollback()
             # The fenced producer's open transaction is aborted: none of its records will ever
             # be acknowledged, and none is in flight for us any more. A release must not wait
             # for them (the producer may be replaced before they are reported).
