@@ -376,7 +376,7 @@ class BatchPipeline(PipelineLoop):
                 if sent is None:
                     continue
                 if self._observer is not None and fetched_at is not None:
-                    self._observer.queued(self.name, now - fetched_at)
+                    self._observer.queued(self.name, now - fetched_at, count=sent.records)
                 requests.setdefault(leader, []).append((part, sent))
             if not requests:
                 return anything
@@ -434,8 +434,14 @@ class BatchPipeline(PipelineLoop):
         if verdict is Verdict.NOTHING:
             if observer is not None:
                 task = part.state.task
+                # One observation standing for the batch's records, as record mode's samples do.
                 observer.acked(
-                    self.name, task.destination_topic, task.partition, now - sent.sent_at, sent.max_timestamp
+                    self.name,
+                    task.destination_topic,
+                    task.partition,
+                    now - sent.sent_at,
+                    sent.max_timestamp,
+                    count=sent.records,
                 )
                 while part.gaps:
                     part.gaps -= 1
