@@ -4,18 +4,35 @@ kafka-python's metadata no longer listed ended every worker's batch pipeline).""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
-from kafka.errors import UnknownBrokerIdError
+import pytest
+from kafka.errors import KafkaConnectionError, UnknownBrokerIdError
 
 from strait.worker.batch.link import ClusterLink
 from strait.worker.batch.wire import WireError
 
 
 class Client:
-    def __init__(self, known: set[int]) -> None:
+    def __init__(self, known: set[int], *, ready: set[int] | None = None, dead: set[int] | None = None) -> None:
         self.known = known
+        self.ready = ready or set()
+        self.dead = dead or set()
         self.sent: list[tuple[int, Any]] = []
+        self.calls: list[tuple[int, int]] = []  # (node, timeout_ms) of blocking requests
+        self._manager = SimpleNamespace(
+            cluster=SimpleNamespace(brokers=lambda: [SimpleNamespace(node_id=n) for n in sorted(known)])
+        )
+
+    def is_ready(self, node_id: int) -> bool:
+        return node_id in self.ready
+
+    def send_and_receive(self, node_id: int, request: Any, timeout_ms: int) -> str:
+        self.calls.append((node_id, timeout_ms))
+        if node_id in self.dead:
+            raise KafkaConnectionError(f"Node {node_id} not ready after {timeout_ms} ms")
+        return f"answer from {node_id}"
 
     def maybe_connect(self, node_id: int) -> None:
         if node_id not in self.known:
@@ -29,10 +46,10 @@ class Client:
         return min(self.known) if self.known else None
 
 
-def link(known: set[int]) -> ClusterLink:
+def link(known: set[int], **client: Any) -> ClusterLink:
     made = object.__new__(ClusterLink)
-    made.client = Client(known)
-    made.timeout_ms = 1000
+    made.client = Client(known, **client)
+    made.timeout_ms = 30_000
     return made
 
 
@@ -49,3 +66,24 @@ def test_a_send_to_a_known_broker_goes_out() -> None:
 def test_init_producer_id_without_any_broker_is_a_failed_request() -> None:
     future = link(set()).init_producer_id()
     assert future.failed() and isinstance(future.exception, WireError)
+
+
+def test_a_blocking_request_goes_to_a_connected_broker_first() -> None:
+    made = link({1, 2, 3}, ready={3})
+    assert made._call("metadata") == "answer from 3"
+    assert made.client.calls == [(3, 30_000)]
+
+
+def test_a_dead_broker_costs_seconds_and_the_next_one_answers() -> None:
+    # Before: the one broker chosen got the whole request timeout (30 s) to become ready, on
+    # the pipeline's only thread.
+    made = link({1, 2, 3}, dead={1})
+    assert made._call("metadata") == "answer from 2"
+    assert made.client.calls == [(1, 5_000), (2, 5_000)]
+
+
+def test_every_broker_dead_raises_the_last_failure() -> None:
+    made = link({1, 2, 3, 4}, dead={1, 2, 3, 4})
+    with pytest.raises(KafkaConnectionError):
+        made._call("metadata")
+    assert len(made.client.calls) == 3

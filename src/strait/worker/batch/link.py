@@ -20,6 +20,7 @@ Requests:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -42,6 +43,9 @@ TOPIC_RESOURCE = 2
 MAX_IN_FLIGHT_PER_CONNECTION = 64
 
 Key = tuple[str, int]
+# Blocking requests try this many brokers, each not yet connected given this long to connect.
+CALL_TRIES = 3
+CONNECT_WAIT_MS = 5_000
 
 
 class ClusterLink:
@@ -73,7 +77,30 @@ class ClusterLink:
         return int(node)
 
     def _call(self, request: Any) -> Any:
-        return self.client.send_and_receive(self._any_node(), request, timeout_ms=self.timeout_ms)
+        """A blocking request (Metadata, DescribeConfigs) to a broker that can answer.
+
+        Brokers already connected first, then the least loaded one, then the others, at most
+        ``CALL_TRIES`` of them; one not connected gets ``CONNECT_WAIT_MS`` to become ready. A
+        broker killed with -9 used to hold the pipeline's only thread for the whole request
+        timeout (30 s), every partition with it (seen in a batch-mode chaos run).
+        """
+        last: Exception = WireError("no broker available")
+        for node in self._nodes_to_try()[:CALL_TRIES]:
+            wait_ms = self.timeout_ms if self.client.is_ready(node) else min(self.timeout_ms, CONNECT_WAIT_MS)
+            try:
+                return self.client.send_and_receive(node, request, timeout_ms=wait_ms)
+            except Exception as exc:
+                last = exc
+        raise last
+
+    def _nodes_to_try(self) -> list[int]:
+        known = [int(b.node_id) for b in self.client._manager.cluster.brokers()]
+        ready = [n for n in known if self.client.is_ready(n)]
+        order = [*ready]
+        with contextlib.suppress(Exception):  # no broker known at all: only the known ones
+            order.append(self._any_node())
+        order += known
+        return list(dict.fromkeys(order))  # first occurrence of each, in that order
 
     def send(self, node_id: int, request: Any) -> Any:
         """Send without waiting: the answer's future, a failed one if the request cannot go out.
