@@ -13,6 +13,8 @@ before or 2B, whichever is more; the traffic phases only narrow it.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import islice
 
 from strait.balancer.planner import Workspace
 from strait.balancer.traffic import Traffic
@@ -33,6 +35,7 @@ class Loads:
         self.read = [traffic.rate(k).bytes_read for k in ws.keys]
         self.hot = [pidx for pidx, w in enumerate(self.write) if w > 0 or self.read[pidx] > 0]
         self.kept = [b for b in ws.model.brokers if b not in ws.excluded]
+        self.kept_set = frozenset(self.kept)
         brokers = set(ws.model.brokers)
         for pidx in self.hot:
             brokers.update(ws.replicas[pidx])
@@ -52,6 +55,7 @@ class Loads:
                 self.net_out[reps[0]] += self.out(pidx)
         for lst in self.on_broker.values():
             lst.sort()
+        self.resources = {"net_in": self.net_in, "net_out": self.net_out, "leader_in": self.leader_in}
         self.bands: dict[str, tuple[float, float]] = {}
         self.freeze_band()
 
@@ -60,7 +64,7 @@ class Loads:
         return self.write[pidx] * (len(self.ws.replicas[pidx]) - 1) + self.read[pidx]
 
     def by_resource(self) -> dict[str, dict[int, float]]:
-        return {"net_in": self.net_in, "net_out": self.net_out, "leader_in": self.leader_in}
+        return self.resources
 
     def freeze_band(self) -> None:
         """Fix each resource's band from the loads now (see the module docstring)."""
@@ -74,10 +78,11 @@ class Loads:
     def _fits(self, res: str, gainer: int, loser: int, amount: float) -> bool:
         if amount <= 0:
             return True
-        loads = self.by_resource()[res]
+        loads = self.resources[res]
         lo, hi = self.bands[res]
-        up = gainer not in self.kept or loads.get(gainer, 0.0) + amount <= hi
-        down = loser not in self.kept or loads.get(loser, 0.0) - amount >= lo
+        kept = self.kept_set
+        up = gainer not in kept or loads.get(gainer, 0.0) + amount <= hi
+        down = loser not in kept or loads.get(loser, 0.0) - amount >= lo
         return up and down
 
     def allows_move(self, pidx: int, from_broker: int, to_broker: int) -> bool:
@@ -123,6 +128,48 @@ class Loads:
         return sum(loads.get(b, 0.0) for b in self.kept) / len(self.kept) if self.kept else 0.0
 
 
+class Ranking:
+    """Brokers in order of one load, kept sorted as loads change: a step that moves load between
+    two brokers re-ranks those two (O(brokers) list shifts, no sort of every broker per step).
+
+    `loads` is read live; call `moved(b, old)` with a broker's value before each change of it.
+    """
+
+    def __init__(self, loads: Mapping[int, float], brokers: Iterable[int]) -> None:
+        self.loads = loads
+        self.order = sorted((loads[b], b) for b in brokers)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def last(self) -> int:
+        return self.order[-1][1]
+
+    def first(self, k: int) -> list[int]:
+        """The k least loaded brokers, least first."""
+        return [b for _, b in self.order[:k]]
+
+    def brokers(self) -> Iterator[int]:
+        """Every broker, least loaded first."""
+        return (b for _, b in self.order)
+
+    def _remove(self, b: int, value: float) -> bool:
+        i = bisect_left(self.order, (value, b))
+        if i < len(self.order) and self.order[i] == (value, b):
+            del self.order[i]
+            return True
+        return False
+
+    def moved(self, b: int, old: float) -> None:
+        """Broker `b`'s load changed from `old` to what `loads` says now."""
+        if self._remove(b, old):
+            insort(self.order, (self.loads[b], b))
+
+    def drop(self, b: int) -> None:
+        """Leave `b` out from now on (nothing more can be done for it)."""
+        self._remove(b, self.loads[b])
+
+
 def attach(ws: Workspace, traffic: Traffic | None) -> Loads | None:
     """Give `ws` the loads of `traffic` (nothing when no traffic was measured)."""
     if traffic is None or not traffic.rates:
@@ -151,23 +198,28 @@ def balance_net_in(ws: Workspace, warnings: list[str]) -> None:
     disk_hi = max(top, bottom + ws.goals.threshold) + _EPSILON
     disk_lo = min(bottom, top - ws.goals.threshold) - _EPSILON
     goal = ws.goals.traffic_threshold * loads.mean("net_in")
-    given_up: set[int] = set()
+    ranked = Ranking(loads.net_in, loads.kept)
     for _ in range(4 * len(loads.hot) + 16):
-        ranked = sorted((b for b in loads.kept if b not in given_up), key=lambda b: (loads.net_in[b], b))
         if len(ranked) < 2:
             break
-        hot = ranked[-1]
-        if loads.net_in[hot] - loads.net_in[ranked[0]] <= goal + _EPSILON:
+        hot = ranked.last()
+        if loads.net_in[hot] - loads.net_in[ranked.first(1)[0]] <= goal + _EPSILON:
             break
         # The coolest few brokers, and the coolest few of the hot one's rack (where the rack rule
         # sends a replica when partitions span every rack): past them a move helps little and
         # the search costs much.
         rack = ws.broker_rack.get(hot, 0)
-        local = [b for b in ranked[:-1] if ws.broker_rack.get(b, 0) == rack][:4]
-        coolest = list(dict.fromkeys([*ranked[: min(4, len(ranked) - 1)], *local]))
+        local = list(islice((b for b in ranked.brokers() if b != hot and ws.broker_rack.get(b, 0) == rack), 4))
+        coolest = list(dict.fromkeys([*ranked.first(min(4, len(ranked) - 1)), *local]))
         coolest.sort(key=lambda b: (loads.net_in[b], b))
-        if not any(_step(ws, loads, hot, cold, disk_lo, disk_hi) for cold in coolest):
-            given_up.add(hot)
+        for cold in coolest:
+            was_hot, was_cold = loads.net_in[hot], loads.net_in[cold]
+            if _step(ws, loads, hot, cold, disk_lo, disk_hi):
+                ranked.moved(hot, was_hot)
+                ranked.moved(cold, was_cold)
+                break
+        else:
+            ranked.drop(hot)
     kept = loads.kept
     left = max(loads.net_in[b] for b in kept) - min(loads.net_in[b] for b in kept)
     if left > goal + _EPSILON and goal > 0:
@@ -190,9 +242,11 @@ def _step(ws: Workspace, loads: Loads, hot: int, cold: int, disk_lo: float, disk
         size = ws.size[pidx]
         if src >= 0 and ws.disk_cap[src] > 0 and (ws.disk_used[src] - size) / ws.disk_cap[src] < disk_lo:
             continue
+        if not ws.may_join(pidx, hot, cold):
+            continue  # the rack rule or a replica already there: no disk of `cold` will do
         for d in sinks:
             cap = ws.disk_cap[d]
-            if cap <= 0 or (ws.disk_used[d] + size) / cap > disk_hi or not ws.can_host(pidx, hot, d):
+            if cap <= 0 or (ws.disk_used[d] + size) / cap > disk_hi or not ws.fits(pidx, d):
                 continue
             ws.move(pidx, hot, d)
             return True

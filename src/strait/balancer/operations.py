@@ -31,8 +31,7 @@ from strait.balancer.loads import attach, balance_net_in
 from strait.balancer.model import ClusterModel
 from strait.balancer.plan import Plan, apply, diff, disk_key
 from strait.balancer.tiers import DiskClasses, place_tiers
-from strait.balancer.traffic import RESOURCES, Traffic, broker_loads
-from strait.balancer.traffic import spreads as traffic_spreads
+from strait.balancer.traffic import RESOURCES, Traffic, broker_loads, load_spread
 
 
 def rebalance(
@@ -160,9 +159,10 @@ def _finish(
     }
     if traffic is not None:
         stats["traffic_window_s"] = round(traffic.window_s, 3)
-        stats["traffic_spread_before"] = traffic_spreads(model, traffic, excluded)
-        stats["traffic_spread_after"] = traffic_spreads(after, traffic, excluded)
         old, new = broker_loads(model, traffic), broker_loads(after, traffic)
+        kept = [b for b in model.brokers if b not in excluded]
+        stats["traffic_spread_before"] = {res: round(load_spread(old[res], kept), 3) for res in RESOURCES}
+        stats["traffic_spread_after"] = {res: round(load_spread(new[res], kept), 3) for res in RESOURCES}
         stats["traffic_brokers"] = {
             res: {str(b): [round(old[res][b], 3), round(new[res][b], 3)] for b in model.brokers} for res in RESOURCES
         }

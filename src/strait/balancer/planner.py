@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from strait.balancer.goals import Goals
@@ -83,26 +84,23 @@ class Workspace:
         self.disk_rack = [self.rack_by_id[b] for b in self.disk_broker]
 
         self.keys: list[PartitionKey] = list(model.partitions)
-        self.n = max(len(self.keys), 1)
-        self.size: list[int] = []
-        self.replicas: list[list[int]] = []
-        self.disks: list[list[int]] = []
+        self.n = n = max(len(self.keys), 1)
+        parts = list(model.partitions.values())
+        self.size: list[int] = [p.size for p in parts]
+        self.replicas: list[list[int]] = [list(p.replicas) for p in parts]
+        # Where each replica is, as a disk index; -1 for a dir the model does not know (offline
+        # dir, unknown broker): such a replica cannot be planned around, so it stays in place and
+        # out of every index. The loop runs once per replica: it is kept to plain lookups.
+        lookup = disk_index.get
+        self.disks: list[list[int]] = [
+            [lookup((b, path), -1) for b, path in zip(p.replicas, p.dirs, strict=True)] for p in parts
+        ]
         items: list[list[int]] = [[] for _ in self.disk_broker]
-        n = self.n
-        for pidx, p in enumerate(model.partitions.values()):
-            self.size.append(p.size)
-            self.replicas.append(list(p.replicas))
-            placed = []
-            for b, path in zip(p.replicas, p.dirs, strict=True):
-                di = disk_index.get((b, path))
-                if di is None:
-                    # A replica on a dir the model does not know (offline dir, unknown broker)
-                    # cannot be planned around; -1 keeps it in place and out of every index.
-                    placed.append(-1)
-                    continue
-                placed.append(di)
-                items[di].append(p.size * n + pidx)
-            self.disks.append(placed)
+        for pidx, (size, placed) in enumerate(zip(self.size, self.disks, strict=True)):
+            packed = size * n + pidx
+            for di in placed:
+                if di >= 0:
+                    items[di].append(packed)
         for lst in items:
             lst.sort()
         self.items = items
@@ -133,16 +131,23 @@ class Workspace:
 
     def can_host(self, pidx: int, from_broker: int, to_disk: int) -> bool:
         """Whether the replica of `pidx` on `from_broker` may move to `to_disk` (all hard rules)."""
-        if not self.disk_ok[to_disk] or self.disk_used[to_disk] + self.size[pidx] > self.disk_limit[to_disk]:
+        if not self.fits(pidx, to_disk):
             return False
         to_broker = self.disk_broker[to_disk]
-        if to_broker == from_broker:
-            return True
+        return to_broker == from_broker or self.may_join(pidx, from_broker, to_broker)
+
+    def fits(self, pidx: int, to_disk: int) -> bool:
+        """Whether `to_disk` is usable and can take `pidx` under the capacity limit."""
+        return self.disk_ok[to_disk] and self.disk_used[to_disk] + self.size[pidx] <= self.disk_limit[to_disk]
+
+    def may_join(self, pidx: int, from_broker: int, to_broker: int) -> bool:
+        """The rules of broker `to_broker` taking the replica of `pidx` from another broker: it holds
+        none yet, the rack rule holds, and (while `guarded`) both brokers' traffic stays in its band."""
         reps = self.replicas[pidx]
         if to_broker in reps:
             return False
-        rack = self.disk_rack[to_disk]
         racks = self.rack_by_id
+        rack = racks[to_broker]
         same = 1
         for b in reps:
             if b != from_broker and racks[b] == rack:
@@ -190,7 +195,11 @@ class Workspace:
 
 
 class _DiskHeap:
-    """Disks ordered by usage ratio (ascending, or descending with `fullest`), lazily refreshed."""
+    """Disks ordered by usage ratio (ascending, or descending with `fullest`), lazily refreshed.
+
+    A disk whose usage changes is pushed again with its new version; the old entry stays until it
+    surfaces (`_clean`) or the heap is compacted, so an update costs O(log n).
+    """
 
     def __init__(self, ws: Workspace, disks: list[int], *, fullest: bool) -> None:
         self.ws = ws
@@ -202,6 +211,13 @@ class _DiskHeap:
     def push(self, d: int) -> None:
         if d in self.members:
             heapq.heappush(self.heap, (self.sign * self.ws.ratio(d), d, self.ws.disk_version[d]))
+            if len(self.heap) > 4 * len(self.members) + 64:
+                self._compact()
+
+    def _compact(self) -> None:
+        versions, members = self.ws.disk_version, self.members
+        self.heap = [e for e in self.heap if e[1] in members and e[2] == versions[e[1]]]
+        heapq.heapify(self.heap)
 
     def _clean(self) -> None:
         heap, versions = self.heap, self.ws.disk_version
@@ -213,27 +229,33 @@ class _DiskHeap:
         return self.heap[0][1] if self.heap else None
 
     def drop(self, d: int) -> None:
-        """Stop offering `d` (until `readmit`)."""
+        """Stop offering `d`."""
         self.members.discard(d)
 
-    def readmit(self, d: int) -> None:
-        self.members.add(d)
-        self.push(d)
+    def walk(self) -> Iterator[int]:
+        """Current disks in heap order, lazily, without changing the heap: a best-first walk of
+        the heap's tree, so the first k cost O(k log k) whatever the heap's size. The heap must
+        not change while a walk is used."""
+        self._clean()
+        heap, versions, members = self.heap, self.ws.disk_version, self.members
+        if not heap:
+            return
+        size = len(heap)
+        frontier = [(heap[0], 0)]
+        while frontier:
+            entry, i = heapq.heappop(frontier)
+            d = entry[1]
+            if d in members and entry[2] == versions[d]:
+                yield d
+            child = 2 * i + 1
+            if child < size:
+                heapq.heappush(frontier, (heap[child], child))
+                if child + 1 < size:
+                    heapq.heappush(frontier, (heap[child + 1], child + 1))
 
     def take(self, k: int) -> list[int]:
         """Up to k current disks in heap order; they stay in the heap."""
-        out: list[int] = []
-        popped = []
-        while len(out) < k:
-            self._clean()
-            if not self.heap:
-                break
-            entry = heapq.heappop(self.heap)
-            popped.append(entry)
-            out.append(entry[1])
-        for entry in popped:
-            heapq.heappush(self.heap, entry)
-        return out
+        return list(islice(self.walk(), k))
 
     def ordered(self) -> list[int]:
         """All current disks in heap order (a full sort; for rare, exhaustive searches)."""
@@ -271,7 +293,10 @@ def drain(ws: Workspace, warnings: list[str]) -> None:
 def fix_racks(ws: Workspace, warnings: list[str]) -> None:
     """Move replicas out of racks that hold too many replicas of one partition."""
     emptiest = _DiskHeap(ws, [d for d in range(len(ws.disk_broker)) if ws.usable(d)], fullest=False)
+    racks = ws.rack_by_id
     for pidx, reps in enumerate(ws.replicas):
+        if len({racks[b] for b in reps}) == len(reps):
+            continue  # one replica per rack at most: nothing is crowded (the common case, made cheap)
         limit = max_per_rack(len(reps), ws.rack_count)
         while True:
             counts: dict[int, int] = {}
@@ -393,16 +418,30 @@ def _best_step(
     rs = ws.ratio(s)
     k = ws.goals.max_candidates
     rack = ws.disk_rack[s]
-    near = [d for d in local.take(k // 3 + 1) if d != s and ws.ratio(d) < mean] if local is not None else []
-    tried = set(near)
-    far = [d for d in emptiest.take(k) if d != s and d not in tried]
-    for group, limit in ((near, _SCAN_LIMIT), (far, _SCAN_LIMIT // 8)):
-        for d in group:
-            if ws.ratio(d) >= rs:
-                break
-            pidx = _pick_replica(ws, s, d, mean, _SCAN_LIMIT if ws.disk_rack[d] == rack else limit)
-            if pidx is not None:
-                return pidx, d
+    # Destinations are walked lazily: the first one mostly takes a replica, so the rest are
+    # never looked at (taking k from each heap every step was most of a big plan's time).
+    near_walk = islice(local.walk(), k // 3 + 1) if local is not None else iter(())
+    tried: set[int] = set()
+    for d in near_walk:
+        if d == s or ws.ratio(d) >= mean:
+            continue
+        tried.add(d)
+        if ws.ratio(d) >= rs:
+            break
+        pidx = _pick_replica(ws, s, d, mean, _SCAN_LIMIT)
+        if pidx is not None:
+            return pidx, d
+    for d in near_walk:  # the rest of the near ones are not offered again below
+        if d != s and ws.ratio(d) < mean:
+            tried.add(d)
+    for d in islice(emptiest.walk(), k):
+        if d == s or d in tried:
+            continue
+        if ws.ratio(d) >= rs:
+            break
+        pidx = _pick_replica(ws, s, d, mean, _SCAN_LIMIT if ws.disk_rack[d] == rack else _SCAN_LIMIT // 8)
+        if pidx is not None:
+            return pidx, d
     return None
 
 

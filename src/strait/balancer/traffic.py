@@ -138,9 +138,10 @@ def broker_loads(model: ClusterModel, traffic: Traffic) -> dict[str, dict[int, f
     """Bytes/s per broker for each resource in `RESOURCES`, every broker of the model listed."""
     loads = {res: dict.fromkeys(model.brokers, 0.0) for res in RESOURCES}
     net_in, net_out, leader_in = loads["net_in"], loads["net_out"], loads["leader_in"]
-    for key, p in model.partitions.items():
-        r = traffic.rates.get(key)
-        if r is None or not p.replicas:
+    partitions = model.partitions
+    for key, r in traffic.rates.items():  # only written or read partitions add load
+        p = partitions.get(key)
+        if p is None or not p.replicas:
             continue
         for b in p.replicas:
             net_in[b] = net_in.get(b, 0.0) + r.bytes_in
