@@ -9,9 +9,12 @@ import pytest
 from strait.balancer import imbalance
 from strait.balancer.errors import CapacityError
 from strait.balancer.goals import Goals, eligible_dirs, spread
+from strait.balancer.invariants import tier_violations, violations
 from strait.balancer.model import Broker, ClusterModel, LogDir, Partition
-from strait.balancer.plan import apply, validate
+from strait.balancer.plan import IntraBrokerMove, apply, validate
 from strait.balancer.synthetic import Shape, generate
+from strait.balancer.synthetic import traffic as synthetic_traffic
+from strait.balancer.tiers import DiskClasses
 
 GOALS = Goals(threshold=0.10)
 
@@ -130,3 +133,32 @@ def test_dirs_on_one_filesystem_are_not_judged_by_usage() -> None:
     assert found.balanced and found.sizes_unknown == (1,) and found.spread is None
     with pytest.raises(CapacityError):
         imbalance.propose(model, GOALS, dataclasses.replace(found, reasons=frozenset({"disk_spread"})))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_proposals_with_traffic_balance_loads_and_place_hot_replicas_on_ssd(seed: int) -> None:
+    model = generate(Shape(brokers=6, dirs_per_broker=3, partitions=300, skew=0.8), seed)
+    rates = synthetic_traffic(model, seed, active=0.2, skew=1.0)
+    classes = DiskClasses.of({"/data/d0": "ssd", "*": "hdd"})
+    found = imbalance.assess(model, GOALS)
+    plan = imbalance.propose(model, GOALS, found, rates, classes)
+    validate(plan, model)
+    assert violations(model, plan, GOALS) == []
+    assert tier_violations(model, plan, GOALS, rates, classes) == []
+    before, after = plan.stats["traffic_spread_before"], plan.stats["traffic_spread_after"]
+    assert after["net_in"] < before["net_in"] and after["leader_in"] < before["leader_in"], (before, after)
+    # Without traffic measured the tiers are left alone: every replica would look cold.
+    plain = imbalance.propose(model, GOALS, found, None, classes)
+    assert plain.to_json() == imbalance.propose(model, GOALS, found).to_json()
+
+
+def test_a_gone_broker_is_drained_with_traffic_and_tiers() -> None:
+    full = generate(Shape(brokers=9, dirs_per_broker=3, partitions=300), 2)
+    rates = synthetic_traffic(full, 2, active=0.3)
+    classes = DiskClasses.of({"/data/d0": "ssd", "*": "hdd"})
+    model = without_broker(full, 3)
+    found = imbalance.assess(model, Goals(threshold=1.0))
+    plan = imbalance.propose(model, Goals(threshold=1.0), found, rates, classes)
+    validate(plan, model)
+    assert all(3 not in p.replicas for p in apply(model, plan.moves).partitions.values()), plan.warnings
+    assert "traffic_brokers" in plan.stats and any(isinstance(m, IntraBrokerMove) for m in plan.moves)

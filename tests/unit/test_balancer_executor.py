@@ -240,6 +240,14 @@ def test_wanted_throttles_match_kafka_semantics() -> None:
     assert wanted([InterBrokerMove("t", 3, (1, 2), (2, 1), {}, 0)], 500).topics == {}
 
 
+def test_no_throttle_rate_is_asked_of_a_gone_broker() -> None:
+    # Broker 9 is gone: the drain copies from broker 1 only, and broker 9 would refuse a config request.
+    w = wanted([InterBrokerMove("t", 3, (9, 1), (2, 1), {}, 10)], 500, live={1, 2, 3})
+    assert set(w.brokers) == {1, 2}
+    assert w.topics["t"][LEADER_REPLICAS] == {"3:9", "3:1"}  # topic entries name it harmlessly
+    assert 9 in wanted([InterBrokerMove("t", 3, (9, 1), (2, 1), {}, 10)], 500).brokers
+
+
 def test_cancel_reverts_moves_in_flight_and_leaves_nothing_behind() -> None:
     cluster, plan = _long_tail()
     intra = IntraBrokerMove("t", 5, 2, "/d0", "/d1", 10)

@@ -23,7 +23,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from strait.balancer.errors import BalanceError, ExecutionConflict, PlanError
@@ -86,6 +86,7 @@ class Executor:
         progress: Mapping[str, Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        live: Collection[int] | None = None,
     ) -> None:
         self.gateway = gateway
         self.store = store
@@ -100,7 +101,8 @@ class Executor:
         self.states: dict[str, dict[str, Any]] = {k: dict(v) for k, v in dict(saved.get("moves") or {}).items()}
         for m in plan.moves:
             self.states.setdefault(m.id, {"state": PENDING})
-        self.throttles = Throttles(gateway, Ledger.from_dict(saved.get("throttles")))
+        # `live`: the brokers listed at start; no throttle rate is asked of a gone one being drained.
+        self.throttles = Throttles(gateway, Ledger.from_dict(saved.get("throttles")), live)
         self.window = Window(options.caps)
         self.keeper = RoomKeeper(plan, lambda brokers: gateway.disk_usage(brokers), clock, options.heartbeat_interval)
         self.status = "running"
@@ -479,7 +481,7 @@ def start(gateway: Gateway, store: StateStore, plan: Plan, options: Options) -> 
     plan = dataclasses.replace(plan, capacities=with_capacities(plan, model))
     execution_id = new_execution_id()
     store.start(execution_id, plan.to_dict(), options.to_dict())
-    return Executor(gateway, store, execution_id, plan, options)
+    return Executor(gateway, store, execution_id, plan, options, live=model.brokers)
 
 
 def resume(gateway: Gateway, store: StateStore, execution_id: str | None = None) -> Executor:

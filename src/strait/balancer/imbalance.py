@@ -29,6 +29,8 @@ from strait.balancer.capacity import shared_filesystems
 from strait.balancer.goals import Goals, eligible_dirs, spread
 from strait.balancer.model import Broker, ClusterModel, LogDir, Partition, max_per_rack
 from strait.balancer.plan import InterBrokerMove, Plan
+from strait.balancer.tiers import DiskClasses
+from strait.balancer.traffic import Traffic
 
 REASONS = ("disk_spread", "disk_full", "rack", "broker_gone")
 
@@ -110,21 +112,30 @@ def assess(model: ClusterModel, goals: Goals) -> Assessment:
     )
 
 
-def propose(model: ClusterModel, goals: Goals, assessment: Assessment) -> Plan:
+def propose(
+    model: ClusterModel,
+    goals: Goals,
+    assessment: Assessment,
+    traffic: Traffic | None = None,
+    classes: DiskClasses | None = None,
+) -> Plan:
     """The plan the existing planner makes for what `assessment` found.
 
     A gone broker is drained: it is put back into the model as a placeholder and
     `operations.drain` moves every replica off it, which also fixes racks and spreads the disks.
     Otherwise, with disk sizes known, `operations.rebalance`; without them, only the rack rule is
-    repaired (`operations.fix_racks`). Raises `CapacityError` like the operations do.
+    repaired (`operations.fix_racks`). With `traffic` measured, the plan balances broker loads
+    too and, with disk `classes`, places hot replicas on SSD (tiers are left alone without
+    traffic: every replica would look cold). Raises `CapacityError` like the operations do.
     """
     gone = assessment.gone_brokers
+    tiers = classes if traffic is not None else None
     if gone:
-        plan = operations.drain(_with_placeholders(model, gone), gone, goals)
+        plan = operations.drain(_with_placeholders(model, gone), gone, goals, traffic, tiers)
     elif assessment.sizes_unknown and "rack" in assessment.reasons:
         plan = operations.fix_racks(model, goals)
     else:
-        plan = operations.rebalance(model, goals)
+        plan = operations.rebalance(model, goals, traffic, tiers)
     # The executor refuses a target broker the cluster does not list: a replica that could not be
     # moved off a gone broker keeps its partition out of the plan (the planner warned why). A
     # partition with no replica left on a live broker is offline: there is nothing to copy from.

@@ -18,6 +18,8 @@
       interval_s: 30           # how often each cluster is sampled
       threshold: 0.10          # allowed spread of disk usage ratios (as `--threshold`)
       throttle: 20MB           # replication throttle (bytes/s) of executions the watch starts
+      traffic: false           # measure traffic between samples: proposals balance it too, and
+                               # place hot replicas on SSD where disk_classes are set
 
 Rule keys and precedence are described in `strait.balancer.capacity` (the same for disk
 classes); `--capacity` and `--disk-class` on the command line override these rules dir by dir.
@@ -51,6 +53,7 @@ class BalanceConfig(BaseModel):
     interval_s: float = Field(default=30.0, gt=0)
     threshold: float = Field(default=0.10, gt=0, lt=1)
     throttle: Bytes | None = Field(default=None, gt=0)
+    traffic: bool = False
 
     @model_validator(mode="after")
     def _watch_needs_clusters(self) -> BalanceConfig:

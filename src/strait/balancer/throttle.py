@@ -14,7 +14,7 @@ ledger is saved with the execution state, so a `cancel` from another process can
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,8 +39,12 @@ class Wanted:
     brokers: dict[int, dict[str, str]] = field(default_factory=dict)
 
 
-def wanted(moves: Iterable[Move], rate: int | None) -> Wanted:
-    """Pure: the throttle entries and broker rates for `moves`; nothing when `rate` is None."""
+def wanted(moves: Iterable[Move], rate: int | None, live: Collection[int] | None = None) -> Wanted:
+    """Pure: the throttle entries and broker rates for `moves`; nothing when `rate` is None.
+
+    With `live` (the brokers the cluster lists), no rate is asked of a broker outside it: a
+    gone broker being drained serves no copy and would refuse the request.
+    """
     out = Wanted()
     if rate is None:
         return out
@@ -54,7 +58,8 @@ def wanted(moves: Iterable[Move], rate: int | None) -> Wanted:
             entries[LEADER_REPLICAS].update(f"{m.partition}:{b}" for b in m.source)
             entries[FOLLOWER_REPLICAS].update(f"{m.partition}:{b}" for b in m.adding)
             for b in m.source:
-                out.brokers.setdefault(b, {})[LEADER_RATE] = value
+                if live is None or b in live:
+                    out.brokers.setdefault(b, {})[LEADER_RATE] = value
             for b in m.adding:
                 out.brokers.setdefault(b, {})[FOLLOWER_RATE] = value
         else:
@@ -90,12 +95,13 @@ class Ledger:
 class Throttles:
     """Keeps the cluster's throttles equal to what the moves in flight need, touching only ours."""
 
-    def __init__(self, gateway: Gateway, ledger: Ledger | None = None) -> None:
+    def __init__(self, gateway: Gateway, ledger: Ledger | None = None, live: Collection[int] | None = None) -> None:
         self.gateway = gateway
         self.ledger = ledger or Ledger()
+        self.live = None if live is None else frozenset(live)
 
     def sync(self, moves: Iterable[Move], rate: int | None) -> None:
-        want = wanted(moves, rate)
+        want = wanted(moves, rate, self.live)
         self._sync_topics(want)
         self._sync_brokers(want)
 

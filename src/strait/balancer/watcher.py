@@ -1,7 +1,8 @@
 """The watch mode's I/O: a thread in the controller process that samples each watched cluster.
 
 Every `interval_s`, while its controller leads, for each cluster under `balance.clusters`: load
-the cluster model (`KafkaGateway`), assess it (`strait.balancer.imbalance`), read the latest
+the cluster model (`KafkaGateway`; with `balance.traffic`, a traffic sample with it, so the
+rates since the last round go into a proposal), assess it (`strait.balancer.imbalance`), read the latest
 execution from the state topic (only if the topic exists: watching creates nothing), and let
 `strait.balancer.watch.observe` decide. A `PROPOSE` plans with the existing planner from the
 model just loaded; an `EXECUTE` hands the proposal to `strait.balancer.service.submit`, which
@@ -21,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from strait.balancer import executor, imbalance, service, watch
+from strait.balancer import executor, imbalance, sampler, service, watch
 from strait.balancer.capacity import Capacities
 from strait.balancer.errors import BalanceError, ClusterError, StalePlanError
 from strait.balancer.gateway import KafkaGateway
@@ -29,6 +30,8 @@ from strait.balancer.goals import Goals
 from strait.balancer.model import ClusterModel
 from strait.balancer.plan import Plan
 from strait.balancer.settings import BalanceConfig
+from strait.balancer.traffic import Sample, Traffic
+from strait.balancer.traffic import rates as traffic_rates
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,8 @@ class Proposal:
             "warnings": list(self.plan.warnings),
             "spread_before": self.plan.stats.get("spread_before"),
             "spread_after": self.plan.stats.get("spread_after"),
+            "traffic_spread_before": self.plan.stats.get("traffic_spread_before"),
+            "traffic_spread_after": self.plan.stats.get("traffic_spread_after"),
         }
 
 
@@ -84,6 +89,7 @@ class BalanceWatcher:
         self._errors: dict[str, str | None] = dict.fromkeys(self.names)
         self._error_count = dict.fromkeys(self.names, 0)
         self._checked: dict[str, float | None] = dict.fromkeys(self.names)
+        self._samples: dict[str, Sample] = {}  # with `traffic`: each cluster's last sample
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -119,7 +125,7 @@ class BalanceWatcher:
         props = self._props[name]
         capacities = self.settings.capacities_of(name)
         try:
-            model = self._load(props, capacities)
+            model, traffic = self._sample(name, props, capacities)
             assessment = imbalance.assess(model, self.goals)
             seen = watch.Observation(
                 at=self._clock(),
@@ -138,7 +144,7 @@ class BalanceWatcher:
         before = self._states[name]
         decision = watch.observe(before, seen, self.policy)
         if decision.action == watch.PROPOSE:
-            decision = self._propose(name, model, assessment, decision.state, seen)
+            decision = self._propose(name, model, traffic, assessment, decision.state, seen)
         if decision.action == watch.EXECUTE:
             self._execute(name, props, capacities, decision.state)
         else:
@@ -149,12 +155,13 @@ class BalanceWatcher:
         self,
         name: str,
         model: ClusterModel,
+        traffic: Traffic | None,
         assessment: imbalance.Assessment,
         state: watch.State,
         seen: watch.Observation,
     ) -> watch.Decision:
         try:
-            plan = imbalance.propose(model, self.goals, assessment)
+            plan = imbalance.propose(model, self.goals, assessment, traffic, self.settings.classes_of(name))
         except (BalanceError, ValueError) as exc:
             self._failed(name, f"cannot plan for cluster {name!r}: {exc}")
             return watch.Decision(state)
@@ -205,6 +212,29 @@ class BalanceWatcher:
             return gateway.load_model()
         finally:
             gateway.close()
+
+    def _sample(
+        self, name: str, props: Mapping[str, Any], capacities: Capacities
+    ) -> tuple[ClusterModel, Traffic | None]:
+        """The cluster model now; with `balance.traffic`, also the rates since the last sample
+        (None on the first, or when the samples did not come in order)."""
+        if not self.settings.traffic:
+            return self._load(props, capacities), None
+        from strait import clients
+
+        gateway = KafkaGateway(props, capacities)
+        try:
+            model, now = sampler.sample(gateway, clients.admin(props))
+        except ClusterError:
+            raise
+        except Exception as exc:  # librdkafka's errors vary by cause; the sample fails as a whole
+            raise ClusterError(f"sampling traffic failed: {exc}") from exc
+        finally:
+            gateway.close()
+        before, self._samples[name] = self._samples.get(name), now
+        if before is None or now.at <= before.at:
+            return model, None
+        return model, traffic_rates(before, now)
 
     # ---- bookkeeping ------------------------------------------------------------------------------
 
