@@ -156,18 +156,22 @@ class SourceCheckpoints:
     def start_offsets(self, tasks: list[PartitionTask]) -> dict[PartitionTask, StartOffsets]:
         """Start offset, source end offset and committed checkpoint per task; raises KafkaException."""
         tps = [TopicPartition(t.topic, t.partition) for t in tasks]
-        # list_offsets finds leaders in the client's cached metadata, which does not know the
-        # partitions a source topic just grew; refresh it for the topics being started.
-        topics = sorted({t.topic for t in tasks})
-        if len(topics) == 1:
-            self._admin.list_topics(topics[0], timeout=ADMIN_TIMEOUT_S)
-        elif topics:
-            # A round trip per topic, all at once: ten topics added together start together.
-            with ThreadPoolExecutor(max_workers=min(len(topics), 8), thread_name_prefix="metadata") as pool:
-                list(pool.map(lambda topic: self._admin.list_topics(topic, timeout=ADMIN_TIMEOUT_S), topics))
-        committed = self._committer.committed(tps, timeout=ADMIN_TIMEOUT_S)
-        earliest = list_offsets(self._admin, tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
-        latest = list_offsets(self._admin, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="start-offsets") as reads:
+            # The checkpoints are read while the offsets are asked for (they are independent): a
+            # partition's start waits for two round trips, not four.
+            committed_read = reads.submit(self._committer.committed, tps, timeout=ADMIN_TIMEOUT_S)
+            # list_offsets finds leaders in the client's cached metadata, which does not know the
+            # partitions a source topic just grew; refresh it for the topics being started.
+            topics = sorted({t.topic for t in tasks})
+            if len(topics) == 1:
+                self._admin.list_topics(topics[0], timeout=ADMIN_TIMEOUT_S)
+            elif topics:
+                # A round trip per topic, all at once: ten topics added together start together.
+                with ThreadPoolExecutor(max_workers=min(len(topics), 8), thread_name_prefix="metadata") as pool:
+                    list(pool.map(lambda topic: self._admin.list_topics(topic, timeout=ADMIN_TIMEOUT_S), topics))
+            earliest_read = reads.submit(list_offsets, self._admin, tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+            latest_read = reads.submit(list_offsets, self._admin, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+            committed, earliest, latest = committed_read.result(), earliest_read.result(), latest_read.result()
         result: dict[PartitionTask, StartOffsets] = {}
         for task, tp in zip(tasks, committed, strict=True):
             if tp.error is not None:

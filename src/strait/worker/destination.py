@@ -257,9 +257,16 @@ class DestinationTopics:
                 del self._inflight[pair]
 
     def _ensure(self, source_topic: str, destination_topic: str) -> int:
-        # Both topics are described at once: a new topic's copy waits for one round trip, not two.
+        # Both topics are described at once, and what a creation needs (the source's configs, the
+        # destination's size) is asked for with them: a new topic's creation waits for one round
+        # trip, not four. A destination that exists leaves those answers unread.
         source = _describe_async(self._source, source_topic, self._timeout_s)
         destination = _describe_async(self._destination, destination_topic, self._timeout_s)
+        resource = ConfigResource(ResourceType.TOPIC, source_topic)
+        configs = self._source.describe_configs([resource], request_timeout=self._timeout_s)[resource]
+        cluster = None
+        if self._replication_factor is None:
+            cluster = self._destination.describe_cluster(request_timeout=self._timeout_s)
         try:
             wanted = _count(source, source_topic, self._timeout_s)
         except KafkaException as exc:
@@ -269,19 +276,18 @@ class DestinationTopics:
             raise DestinationError(f"source topic {source_topic!r} does not exist")
         have = _count(destination, destination_topic, self._timeout_s)
         if have is None:
-            self._create(source_topic, destination_topic, wanted)
+            self._create(source_topic, destination_topic, wanted, configs=configs, cluster=cluster)
         elif have < wanted:
             self._grow(destination_topic, wanted)
         else:
             return have
         return self._await_partitions(destination_topic, wanted)
 
-    def _create(self, source_topic: str, destination_topic: str, partitions: int) -> None:
-        # The destination's size is asked for while the source's configs are read.
-        cluster = None
-        if self._replication_factor is None:
-            cluster = self._destination.describe_cluster(request_timeout=self._timeout_s)
-        configs = self._source_configs(source_topic)
+    def _create(
+        self, source_topic: str, destination_topic: str, partitions: int, *, configs: Any, cluster: Any
+    ) -> None:
+        """Create the topic; ``configs`` and ``cluster`` are the answers already asked for (futures)."""
+        configs = self._source_configs(source_topic, configs)
         replicas = self._replication_factor or default_replication_factor(self._broker_count(cluster))
         log.info(
             "creating destination topic %s: %d partitions, replication factor %d, configs %s",
@@ -340,9 +346,7 @@ class DestinationTopics:
             time.sleep(pause)
             pause = min(0.2, pause * 2)
 
-    def _source_configs(self, source_topic: str) -> dict[str, str]:
-        resource = ConfigResource(ResourceType.TOPIC, source_topic)
-        future = self._source.describe_configs([resource], request_timeout=self._timeout_s)[resource]
+    def _source_configs(self, source_topic: str, future: Any) -> dict[str, str]:
         try:
             what = f"configs of {source_topic}"
             entries: dict[str, ConfigEntry] = clients.admin_result(future, self._timeout_s, what)
