@@ -83,7 +83,8 @@ def test_a_worker_stopped_at_once_ends_its_registration_before_it_exits(
         fleet.signal("c1", signal.SIGTERM)
         fleet.wait_exit("c1", 30)
         fleet.signal("w1", signal.SIGTERM)
-        assert wait_until(lambda: state(live) == "draining", 60)
+        # (The live node is written first, then the known one.)
+        assert wait_until(lambda: state(live) == state(known) == "draining", 60)
         fleet.signal("w1", signal.SIGTERM)
         assert fleet.wait_exit("w1", 30 + GOODBYE_TIMEOUT_S) == 128 + signal.SIGTERM
         # Gone with the process, not 30 s later, and not deregistered: the API lists it as dead.
