@@ -31,8 +31,9 @@ class Loads:
     def __init__(self, ws: Workspace, traffic: Traffic, threshold: float) -> None:
         self.ws = ws
         self.threshold = threshold
-        self.write = [traffic.rate(k).bytes_in for k in ws.keys]
-        self.read = [traffic.rate(k).bytes_read for k in ws.keys]
+        rates = [traffic.rates.get(k) for k in ws.keys]
+        self.write = [0.0 if r is None else r.bytes_in for r in rates]
+        self.read = [0.0 if r is None else r.bytes_read for r in rates]
         self.hot = [pidx for pidx, w in enumerate(self.write) if w > 0 or self.read[pidx] > 0]
         self.kept = [b for b in ws.model.brokers if b not in ws.excluded]
         self.kept_set = frozenset(self.kept)

@@ -33,9 +33,9 @@ from strait.balancer.capacity import require_capacities
 from strait.balancer.goals import Goals, eligible_dirs, min_bytes_to_move, spread
 from strait.balancer.loads import attach, balance_net_in
 from strait.balancer.model import ClusterModel
-from strait.balancer.plan import Plan, apply, diff, disk_key
+from strait.balancer.plan import Plan, diff, disk_key
 from strait.balancer.tiers import DiskClasses, place_tiers
-from strait.balancer.traffic import RESOURCES, Traffic, broker_loads, load_spread
+from strait.balancer.traffic import RESOURCES, Traffic, broker_loads, load_spread, loads_of
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -183,8 +183,11 @@ def _finish(
 ) -> Plan:
     outcome = ws.outcome(warnings)
     moves = diff(model, outcome.partitions)
-    after = apply(model, moves)
     excluded = ws.excluded
+    # The disks after the plan, from the workspace (what `apply` would say, without building it).
+    after_ratios = [
+        ws.disk_used[d] / cap for d, cap in enumerate(ws.disk_cap) if cap > 0 and ws.disk_broker[d] not in excluded
+    ]
     stats: dict[str, object] = {
         "moves": len(moves),
         "inter_broker_moves": sum(1 for m in moves if m.kind == "inter"),
@@ -192,11 +195,12 @@ def _finish(
         "bytes": sum(m.bytes for m in moves),
         "min_bytes": min_bytes_to_move(model, goals, excluded) if operation in ("rebalance", "drain") else 0,
         "spread_before": round(spread(eligible_dirs(model, excluded)), 6),
-        "spread_after": round(spread(eligible_dirs(after, excluded)), 6),
+        "spread_after": round(max(after_ratios) - min(after_ratios), 6) if after_ratios else 0.0,
     }
     if traffic is not None:
         stats["traffic_window_s"] = round(traffic.window_s, 3)
-        old, new = broker_loads(model, traffic), broker_loads(after, traffic)
+        placed = {**model.partitions, **outcome.partitions}
+        old, new = broker_loads(model, traffic), loads_of(model.brokers, placed, traffic)
         kept = [b for b in model.brokers if b not in excluded]
         stats["traffic_spread_before"] = {res: round(load_spread(old[res], kept), 3) for res in RESOURCES}
         stats["traffic_spread_after"] = {res: round(load_spread(new[res], kept), 3) for res in RESOURCES}

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from strait.balancer.model import ClusterModel, PartitionKey
+from strait.balancer.model import ClusterModel, Partition, PartitionKey
 
 RESOURCES = ("net_in", "net_out", "leader_in")
 RESOURCE_TITLES = {"net_in": "net in", "net_out": "net out", "leader_in": "leader bytes in"}
@@ -136,9 +136,15 @@ def rates(before: Sample, after: Sample) -> Traffic:
 
 def broker_loads(model: ClusterModel, traffic: Traffic) -> dict[str, dict[int, float]]:
     """Bytes/s per broker for each resource in `RESOURCES`, every broker of the model listed."""
-    loads = {res: dict.fromkeys(model.brokers, 0.0) for res in RESOURCES}
+    return loads_of(model.brokers, model.partitions, traffic)
+
+
+def loads_of(
+    brokers: Iterable[int], partitions: Mapping[PartitionKey, Partition], traffic: Traffic
+) -> dict[str, dict[int, float]]:
+    """`broker_loads` of a placement given as its brokers and partitions."""
+    loads = {res: dict.fromkeys(brokers, 0.0) for res in RESOURCES}
     net_in, net_out, leader_in = loads["net_in"], loads["net_out"], loads["leader_in"]
-    partitions = model.partitions
     for key, r in traffic.rates.items():  # only written or read partitions add load
         p = partitions.get(key)
         if p is None or not p.replicas:
