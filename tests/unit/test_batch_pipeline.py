@@ -302,7 +302,8 @@ def test_retriable_answer_resends_same_sequences_without_duplicates() -> None:
     logs = {("t", 0): source_log(10)}
     pipeline, src, dst = setup(logs)
     state = start(pipeline, "t", 0)
-    pipeline._step()  # identity and first fetch
+    # The first batch alone until it is acknowledged (see BatchPartition.appended), then several.
+    run(pipeline, lambda: state.checkpoint is not None and state.checkpoint >= 4)
     dst.faults = [6, 45, 45]  # NOT_LEADER, then the two sent after it are out of order
     run(pipeline, lambda: state.checkpoint == src.end(("t", 0)))
     assert dst.payloads(("t", 0)) == payloads(logs[("t", 0)])  # each batch once
@@ -431,8 +432,9 @@ def test_fetching_stops_while_the_pipeline_holds_its_fill_of_fetched_batches() -
         links=FakeLinks(src, dst, clock),  # type: ignore[arg-type]
     )
     state = start(pipeline, "t", 0)
+    run(pipeline, lambda: state.checkpoint is not None and state.checkpoint >= 40)  # the first batch alone
     dst.hold = True
-    run(pipeline, lambda: len(dst.held) >= 5)  # 5 batches in flight, 7 (over 1 KB) fetched and waiting
+    run(pipeline, lambda: len(dst.held) >= 5)  # 5 batches in flight, the others fetched and waiting
     fetches = src.fetches
     for _ in range(20):
         pipeline._step()
@@ -441,3 +443,31 @@ def test_fetching_stops_while_the_pipeline_holds_its_fill_of_fetched_batches() -
     dst.release_held()
     run(pipeline, lambda: state.checkpoint == src.end(("t", 0)))
     assert dst.payloads(("t", 0)) == payloads(logs[("t", 0)])
+
+
+class NewProducerBroker(FakeDestination):
+    """As a real broker: a producer id it has no state for may start at any sequence (its
+    records may have been removed by retention), so a batch sent after one that failed
+    retriably can be appended first. The first produce answer is NOT_LEADER_OR_FOLLOWER."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.faults = [6]
+
+    def _append(self, key: Key, data: bytes) -> int:
+        (batch,) = split_batches(data).batches
+        self.expected.setdefault((key, batch.producer_id), batch.base_sequence)
+        return super()._append(key, data)
+
+
+def test_a_new_producer_sends_one_batch_until_the_first_is_appended() -> None:
+    # Seen on real clusters with batch as the default: the first batch of a fresh partition got
+    # a retriable answer, a later one was appended first (a broker takes any first sequence from
+    # a producer it does not know), the first then got OUT_OF_ORDER_SEQUENCE_NUMBER, and the
+    # partition rewound: 40 duplicates and 5 records out of order.
+    logs = {("t", 0): source_log(8)}
+    pipeline, src, dst = setup(logs, destination=NewProducerBroker())
+    state = start(pipeline, "t", 0)
+    run(pipeline, lambda: state.checkpoint == src.end(("t", 0)))
+    assert dst.payloads(("t", 0)) == payloads(logs[("t", 0)])  # in order, each once
+    assert state.rewinds == 0

@@ -50,6 +50,7 @@ class Identities:
             elif future.succeeded() and not future.value.error_code:
                 part.identity = ProducerIdentity(int(future.value.producer_id), int(future.value.producer_epoch))
                 part.next_sequence = 0
+                part.appended = False
             else:
                 why = future.exception if future.failed() else f"error {future.value.error_code}"
                 log.info("%s: InitProducerId failed (%s); asking again in %.1fs", part.state.task, why, self._retry_s)

@@ -96,6 +96,11 @@ class BatchPartition:
         self.redo: deque[Sent] = deque()
         self.identity: ProducerIdentity | None = None
         self.next_sequence = 0
+        # Whether the destination holds a batch of this producer id on this partition. Until it
+        # does, a broker accepts any first sequence (it has no state for the producer), so a
+        # batch appended while an earlier one is being retried would pass it: one batch at a
+        # time until the first is acknowledged, then up to MAX_IN_FLIGHT.
+        self.appended = False
         # Bumped whenever the fetch position changes: an older fetch answer is dropped.
         self.generation = 0
         self.fetch_pending = False
@@ -162,7 +167,7 @@ class BatchPartition:
             and not self.redo
             and not self.rewind_due
             and now >= self.wait_until
-            and len(self.in_flight) < MAX_IN_FLIGHT
+            and len(self.in_flight) < (MAX_IN_FLIGHT if self.appended else 1)
         )
 
     def next_batch(self, now: float) -> tuple[Sent | None, float | None]:
@@ -225,11 +230,16 @@ class BatchPartition:
         return sent, Verdict.REWIND, verdict.error
 
     def _resend(self, sent: Sent) -> Sent:
-        self.redo.append(sent)
+        # In send order: a batch sent again alone (see ``appended``) goes back before the rest.
+        if self.redo and sent.first_offset < self.redo[0].first_offset:
+            self.redo.appendleft(sent)
+        else:
+            self.redo.append(sent)
         return sent
 
     def _acknowledged(self, sent: Sent, base_offset: int) -> None:
         state = self.state
+        self.appended = True
         self.tracker.acked(sent.last_offset)
         state.records += sent.records
         state.bytes += len(sent.data)
@@ -264,6 +274,7 @@ class BatchPartition:
         self.queued_bytes = 0
         self.fetch_offset = position
         self.identity = None
+        self.appended = False
         self.next_sequence = 0
         self.rewind_due = False
         self.state.rewinds += 1

@@ -405,7 +405,9 @@ class BatchPipeline(PipelineLoop):
         leader = self._leader(part, "destination", now)
         if leader is None:
             return False
-        while part.redo:
+        # Before the destination holds a batch of this producer id, one at a time (see
+        # BatchPartition.appended); the others follow once it is acknowledged.
+        while part.redo and (part.appended or not part.in_flight):
             sent = part.redo.popleft()
             sent.sent_at = now
             part.sending(
