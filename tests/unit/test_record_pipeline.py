@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, Message, TopicPartition
+from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, KafkaException, Message, TopicPartition
 
 from strait.worker.backlog import Run, runs_of
 from strait.worker.fetch import GAP_SOURCE, GAP_UNEXPECTED, RecordPipeline
@@ -503,3 +503,42 @@ def test_random_interleavings_never_lose_a_record(seed: int) -> None:
         checkpoint = states[p].checkpoint
         assert checkpoint is not None and checkpoint >= log[-1] + 1
     assert GAP_UNEXPECTED not in rig.observer.gaps
+
+
+def test_records_dropped_while_the_producer_lives_resend_and_then_name_the_deleted_topic() -> None:
+    # librdkafka drops a partition's queued records with _DESTROY when the partition leaves its
+    # metadata (the destination topic was deleted). That must not stop the partition with
+    # "_DESTROY": the resend makes the producer say the topic does not exist.
+    log = list(range(6))
+    rig = Rig({0: log})
+    state = rig.state()
+    rig.pipeline.add(state, 0)
+    rig.step()
+    rig.producer.ack(2)
+    rig.producer.fail(code=KafkaError._DESTROY)
+    rig.reports()
+    assert state.error is None and state.rewind_at is not None
+    assert state.checkpoint == 2
+
+    def gone(*_: Any, **__: Any) -> None:
+        raise KafkaException(KafkaError(KafkaError._UNKNOWN_TOPIC))
+
+    rig.producer.produce = gone  # type: ignore[method-assign]
+    state.rewind_at = 0.0  # skip the back-off
+    rig.step(3)
+    assert state.error is not None and "does not exist" in state.error, state.error
+    assert state.checkpoint == 2
+
+
+def test_records_dropped_by_our_own_teardown_are_no_partition_failure() -> None:
+    log = list(range(6))
+    rig = Rig({0: log})
+    state = rig.state()
+    rig.pipeline.add(state, 0)
+    rig.step()
+    rig.producer.ack(2)
+    rig.producer.on_flush = lambda p: p.fail(code=KafkaError._DESTROY)
+    rig.pipeline._stopping.set()
+    rig.pipeline._shutdown()
+    assert state.error is None and state.rewind_at is None
+    assert state.checkpoint == 2  # nothing past what the destination acknowledged

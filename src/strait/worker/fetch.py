@@ -108,6 +108,7 @@ class RecordPipeline(RecordSending, PipelineLoop):
         self._reset: set[Key] = set()  # the consumer reported an offset reset for these
         self._stopping = threading.Event()
         self._closed = False
+        self._closing = False  # the pipeline is shutting down (its last flush, then close)
         self._thread = threading.Thread(target=self._run, name=f"strait-copy-{client_id}-{name}", daemon=True)
         self._next_watermarks = 0.0
         self._flush_timeout_s = 0.0
@@ -230,6 +231,7 @@ class RecordPipeline(RecordSending, PipelineLoop):
         return messages
 
     def _shutdown(self) -> None:
+        self._closing = True
         self._run_commands()
         for state in self._states.values():
             state.fetching = False

@@ -61,6 +61,7 @@ class RecordSending:
     _fetched_at: float
     _reset: set[Key]
     _closed: bool
+    _closing: bool
 
     def _fail(self, state: PartitionState, reason: str) -> None:
         raise NotImplementedError
@@ -291,7 +292,13 @@ class RecordSending:
         if error is None:
             return
         tracker.failed(offset)  # pins the checkpoint, whoever copies the partition now
-        if delivery_error_is_permanent(error):
+        dropped = error.code() == KafkaError._DESTROY
+        if dropped and self._closing:
+            # Our own producer is being torn down with the pipeline: not the partition's fault,
+            # and the checkpoint stays where the destination's acknowledgements put it.
+            log.debug("partition %s: record %d dropped by the producer's teardown", state.task, offset)
+            return
+        if delivery_error_is_permanent(error) and not dropped:
             self._fail(state, self._produce_failure(state, error))
             return
         # Only the partition's current stream in this pipeline is rewound: a late report for a
@@ -303,6 +310,19 @@ class RecordSending:
         if state.rewind_at is None and state.error is None:
             if error.code() in ACCESS_DENIED:
                 self._wait_for_access(state, explain(self._destination_props, error, state.task.destination_topic))
+                return
+            if dropped:
+                # With the producer alive, librdkafka drops a partition's queued records
+                # (_DESTROY) when the partition left its metadata: the destination topic was
+                # deleted, or lost partitions. That is no reason of its own: resending from the
+                # checkpoint makes the producer say what happened (a deleted destination then
+                # stops the partition as "does not exist"), and a passing blip just heals.
+                log.warning(
+                    "partition %s: the producer dropped queued records (%s), resending from checkpoint",
+                    state.task,
+                    error,
+                )
+                self._begin_rewind(state, REWIND_BACKOFF_S)
                 return
             log.warning("partition %s: delivery failed (%s), resending from checkpoint", state.task, error)
             self._begin_rewind(state, REWIND_BACKOFF_S)

@@ -260,7 +260,9 @@ class TransactionalPipeline(RecordPipeline):
         if error.code() in ACCESS_DENIED and state.error is None:
             # Our _begin_rewind aborts the transaction; the restart waits ACCESS_RETRY_S.
             self._wait_for_access(state, explain(self._destination_props, error, state.task.destination_topic))
-        elif delivery_error_is_permanent(error) and error.code() != KafkaError._PURGE_QUEUE:
+        elif delivery_error_is_permanent(error) and error.code() not in (KafkaError._PURGE_QUEUE, KafkaError._DESTROY):
+            # _DESTROY: librdkafka dropped the partition's queue (teardown, or the partition left
+            # its metadata); the restart after the abort says which.
             self._fail(state, self._produce_failure(state, error))
         if not self._abort_needed:
             log.warning("partition %s: delivery failed (%s); aborting the transaction", state.task, error)
