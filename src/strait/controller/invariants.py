@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import TypeVar
 
 from strait.controller.assignment import Quota
@@ -16,11 +16,18 @@ def minimal_moves(partitions: Collection[K], workers: Collection[str], current: 
     live = set(workers)
     if not live:
         return 0
-    quota = Quota.of(len(partitions), len(live))
     kept = Counter(w for k, w in current.items() if k in partitions and w in live)
-    moves = sum(max(0, c - quota.ceil) for c in kept.values())
+    return _fewest_moves(len(partitions), len(live), kept.values())
+
+
+def _fewest_moves(partitions: int, workers: int, kept: Iterable[int]) -> int:
+    """`minimal_moves` from the number of partitions each worker keeps (workers keeping none may
+    be left out)."""
+    quota = Quota.of(partitions, workers)
+    counts = list(kept)
+    moves = sum(max(0, c - quota.ceil) for c in counts)
     if quota.extra:
-        moves += max(0, sum(1 for c in kept.values() if c >= quota.ceil) - quota.extra)
+        moves += max(0, sum(1 for c in counts if c >= quota.ceil) - quota.extra)
     return moves
 
 
@@ -83,7 +90,14 @@ def pool_violations(
     stranded: list[K] = []
     outside: list[K] = []
     dead: set[str] = set()
-    by_pool: dict[str, set[K]] = {pool: set() for pool in members}
+    unique = isinstance(partitions, set | frozenset | dict)
+    known = partitions if unique else set(partitions)
+    seen: set[K] = set()  # only when `partitions` may repeat a key: each counts once per pool
+    # Per pool: how many partitions it owns, and per worker of the pool how many of its
+    # partitions it keeps from `current` (computed here, in the one pass, for the move check).
+    in_pool: dict[str, int] = dict.fromkeys(members, 0)
+    kept: dict[str, int] = {}
+    moved: dict[str, int] = dict.fromkeys(members, 0)
     # Per pool, each class (the live pools a partition may use) found in it, with an example.
     found: dict[str, dict[frozenset[str], K]] = {pool: {} for pool in members}
     for key in partitions:
@@ -104,13 +118,21 @@ def pool_violations(
             continue
         if owner_pool not in usable:
             outside.append(key)
-        by_pool[owner_pool].add(key)
         found[owner_pool].setdefault(usable, key)
+        if not unique:
+            if key in seen:
+                continue
+            seen.add(key)
+        in_pool[owner_pool] += 1
+        previous = current.get(key)
+        if previous is not None and workers.get(previous) == owner_pool:
+            kept[previous] = kept.get(previous, 0) + 1
+            if previous != owner:
+                moved[owner_pool] += 1
     if missing:
         problems.append(f"{len(missing)} partitions have no owner, e.g. {missing[0]!r}")
     if stranded:
         problems.append(f"{len(stranded)} partitions without a live pool were assigned, e.g. {stranded[0]!r}")
-    known = partitions if isinstance(partitions, set | frozenset | dict) else set(partitions)
     extra = [k for k in result if k not in known]
     if extra:
         problems.append(f"{len(extra)} unknown partitions assigned, e.g. {extra[0]!r}")
@@ -124,16 +146,13 @@ def pool_violations(
         )
     counts = Counter(result.values())
     for pool, pool_workers in sorted(members.items()):
-        quota = Quota.of(len(by_pool[pool]), len(pool_workers))
+        quota = Quota.of(in_pool[pool], len(pool_workers))
         unfair = {w: counts.get(w, 0) for w in pool_workers if not quota.floor <= counts.get(w, 0) <= quota.ceil}
         if unfair:
             problems.append(f"pool {pool}: counts outside [{quota.floor}, {quota.ceil}]: {unfair}")
-        mates = set(pool_workers)
-        kept = {k: w for k in by_pool[pool] if (w := current.get(k)) in mates}
-        moved = sum(1 for k, w in kept.items() if result[k] != w)
-        needed = minimal_moves(by_pool[pool], pool_workers, kept)
-        if moved > needed:
-            problems.append(f"pool {pool}: moved {moved} partitions where {needed} would do")
+        needed = _fewest_moves(in_pool[pool], len(pool_workers), (kept.get(w, 0) for w in pool_workers))
+        if moved[pool] > needed:
+            problems.append(f"pool {pool}: moved {moved[pool]} partitions where {needed} would do")
     most = {p: max(counts.get(w, 0) for w in ws) for p, ws in members.items()}
     least = {p: min(counts.get(w, 0) for w in ws) for p, ws in members.items()}
     for pool in sorted(found):
