@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from strait import clients
@@ -230,11 +230,23 @@ def in_mode(fleet: Fleet, topic: str, partitions: int, copy: str, timeout_s: flo
 def flowing(dst: Mapping[str, Any], topic: str, partitions: Sequence[int], total: int, timeout_s: float) -> float:
     """Wait until each of `partitions` of the copy grows past its size now; seconds it took."""
     started = time.monotonic()
-    baseline = copied_counts(dst, topic, total)
+    baseline = _counts_when_answered(dst, topic, total, timeout_s)
     assert wait_until(
         lambda: all(copied_counts(dst, topic, total)[p] > baseline[p] for p in partitions), timeout_s, interval_s=0.1
     ), f"partitions {sorted(partitions)} of {topic} did not flow again within {timeout_s}s"
     return time.monotonic() - started
+
+
+def _counts_when_answered(dst: Mapping[str, Any], topic: str, total: int, timeout_s: float) -> dict[int, int]:
+    """`copied_counts`, asked again while a broker restarted a moment ago answers NOT_LEADER."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return copied_counts(dst, topic, total)
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def all_flowing(dst: Mapping[str, Any], topic: str, partitions: int, timeout_s: float = 60) -> None:
