@@ -56,11 +56,16 @@ def balance_leaders(ws: Workspace) -> None:
         moved = False
         while i < len(candidates):
             pidx = candidates[i]
-            followers = [x for x in ws.replicas[pidx][1:] if x in brokers_set]
-            if loads is not None:  # a leader swap may not push a broker's traffic out of its band
-                followers = [x for x in followers if loads.allows_lead(pidx, b_max, x)]
-            best = min(followers, key=lambda x: (count[x], x)) if followers else None
-            if best is not None and count[best] < count[b_max] - 1:
+            # The follower with the fewest leaders that may lead (a leader swap may not push a
+            # broker's traffic out of its band), if it has fewer than this broker by two or more.
+            best = None
+            for c, x in sorted((count[x], x) for x in ws.replicas[pidx][1:] if x in brokers_set):
+                if c >= count[b_max] - 1:
+                    break
+                if loads is None or loads.allows_lead(pidx, b_max, x):
+                    best = x
+                    break
+            if best is not None:
                 del candidates[i]
                 _lead_with(ws, pidx, best, led, count)
                 for b in (b_max, best):
@@ -180,12 +185,12 @@ class _Leadership:
     def __init__(self, ws: Workspace, write: list[float], kept: set[int]) -> None:
         self.ws, self.write = ws, write
         self.count = dict.fromkeys(sorted(kept), 0)
-        self.led: dict[int, list[int]] = {b: [] for b in self.count}
+        self.led: dict[int, set[int]] = {b: set() for b in self.count}
         for pidx, reps in enumerate(ws.replicas):
             if reps and reps[0] in kept:
                 self.count[reps[0]] += 1
                 if len(reps) > 1:
-                    self.led[reps[0]].append(pidx)
+                    self.led[reps[0]].add(pidx)
         self._heavy: dict[int, list[tuple[float, int]]] = {}  # leader -> (-write, partition), written only
         self._with: dict[int, dict[int, list[tuple[float, int]]]] = {}  # leader -> follower -> (write, partition)
 
@@ -217,7 +222,7 @@ class _Leadership:
         old = reps[0]
         w = self.write[pidx]
         self.led[old].remove(pidx)
-        self.led[new].append(pidx)
+        self.led[new].add(pidx)
         self.count[old] -= 1
         self.count[new] += 1
         if w > 0:

@@ -33,7 +33,7 @@ from strait.balancer.capacity import require_capacities
 from strait.balancer.goals import Goals, eligible_dirs, min_bytes_to_move, spread
 from strait.balancer.loads import attach, balance_net_in
 from strait.balancer.model import ClusterModel
-from strait.balancer.plan import Plan, diff, disk_key
+from strait.balancer.plan import Plan, diff_ordered, disk_key
 from strait.balancer.tiers import DiskClasses, place_tiers
 from strait.balancer.traffic import RESOURCES, Traffic, broker_loads, load_spread, loads_of
 
@@ -182,7 +182,7 @@ def _finish(
     traffic: Traffic | None = None,
 ) -> Plan:
     outcome = ws.outcome(warnings)
-    moves = diff(model, outcome.partitions)
+    moves = diff_ordered(model, outcome.partitions.items())
     excluded = ws.excluded
     # The disks after the plan, from the workspace (what `apply` would say, without building it).
     after_ratios = [

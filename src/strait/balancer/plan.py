@@ -210,9 +210,15 @@ def _parse_move(index: int, raw: Any) -> Move:
 
 def diff(before: ClusterModel, after: Mapping[PartitionKey, Partition]) -> list[Move]:
     """The moves that turn `before` into the placements in `after`, in partition order."""
+    return diff_ordered(before, ((key, after.get(key)) for key in before.partitions))
+
+
+def diff_ordered(before: ClusterModel, changed: Iterable[tuple[PartitionKey, Partition | None]]) -> list[Move]:
+    """`diff` for the placements in `changed`, in the order given (the planner lists the partitions
+    it touched in model order, so it need not go through every partition of the model)."""
     moves: list[Move] = []
-    for key, old in before.partitions.items():
-        new = after.get(key)
+    for key, new in changed:
+        old = before.partitions[key]
         if new is None or (new.replicas == old.replicas and new.dirs == old.dirs):
             continue
         if new.replicas != old.replicas:
