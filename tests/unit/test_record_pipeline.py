@@ -542,3 +542,20 @@ def test_records_dropped_by_our_own_teardown_are_no_partition_failure() -> None:
     rig.pipeline._shutdown()
     assert state.error is None and state.rewind_at is None
     assert state.checkpoint == 2  # nothing past what the destination acknowledged
+
+
+def test_shutdown_closes_the_producer_after_dropping_what_the_flush_left() -> None:
+    # An idle producer left to the garbage collector reconnects after its cluster went and
+    # prints librdkafka's complaints on the terminal; close() itself would flush unbounded.
+    calls: list[str] = []
+    rig = Rig({0: list(range(4))})
+    rig.producer.close = lambda: calls.append("close")  # type: ignore[attr-defined]
+    rig.producer.purge = lambda: calls.append("purge")  # type: ignore[attr-defined]
+    state = rig.state()
+    rig.pipeline.add(state, 0)
+    rig.step()
+    rig.producer.ack(1)  # 1-3 stay unacknowledged through the flush
+    rig.pipeline._stopping.set()
+    rig.pipeline._shutdown()
+    assert calls == ["purge", "close"]
+    assert state.error is None and state.checkpoint == 1

@@ -65,7 +65,16 @@ class MapWriter:
             self.bytes += len(key) + len(value)
 
     def close(self, timeout_s: float = 5.0) -> None:
-        self._producer.flush(timeout_s)
+        # Closed now, not by the garbage collector: an idle producer kept alive reconnects
+        # after its cluster went and prints librdkafka's complaints. close() flushes without a
+        # bound, so what the bounded flush left is dropped first.
+        try:
+            if self._producer.flush(timeout_s):
+                self._producer.purge()
+                self._producer.flush(0)
+            self._producer.close()
+        except RuntimeError:  # closed already
+            pass
 
     def _delivered(self, error: KafkaError | None, _message: Any) -> None:
         if error is None:

@@ -247,12 +247,30 @@ class RecordPipeline(RecordSending, PipelineLoop):
             self._consumer.close()
         except (KafkaException, RuntimeError):
             log.warning("closing the %s consumer failed", self.name, exc_info=True)
+        self._close_producer(remaining)
         for _, done in self._draining:
             done.set()
         self._draining.clear()
 
     def _flush_on_stop(self, timeout_s: float) -> int:
         return self._flush(timeout_s)
+
+    def _close_producer(self, unacknowledged: int) -> None:
+        """Let the producer go now. Left to the garbage collector (the copier keeps its stopped
+        pipelines), it would keep reconnecting after its cluster went and print librdkafka's
+        complaints onto a person's terminal. close() flushes without a bound, so records still
+        unacknowledged after the bounded flush are dropped first (their reports are never
+        settled: the checkpoints stay at what the destination acknowledged)."""
+        close = getattr(self._producer, "close", None)  # test doubles have none
+        if close is None:
+            return
+        try:
+            if unacknowledged:
+                self._producer.purge()
+                self._producer.flush(0)
+            close()
+        except (KafkaException, RuntimeError):
+            log.warning("closing the %s producer failed", self.name, exc_info=True)
 
     def _flush(self, timeout_s: float) -> int:
         """Flush the producer and settle every report it served; the records still unreported."""

@@ -500,3 +500,9 @@ class TransactionalPipeline(RecordPipeline):
         if self._fenced is None and self._initialised:
             self._commit()
         return 0
+
+    def _close_producer(self, unacknowledged: int) -> None:
+        # close() would abort an open transaction and flush without a bound: a producer left
+        # fenced or mid-transaction is left to the garbage collector instead.
+        if self._fenced is None and not self._txn_open:
+            super()._close_producer(unacknowledged)
