@@ -58,10 +58,12 @@ def encode_keys(keys: Iterable[PartitionKey]) -> list[list[str]]:
             numbers = grouped[(route, topic)] = []
         numbers.append(int(partition))
     # A worker of a large fleet holds one or two partitions of most topics: no sort for one.
-    return [
-        [route, topic, str(ps[0]) if len(ps) == 1 else _ranges(sorted(set(ps)))]
-        for (route, topic), ps in sorted(grouped.items())
-    ]
+    # The (route, topic) pairs are sorted alone (string tuples take the sort's fast compare).
+    out: list[list[str]] = []
+    for route, topic in sorted(grouped):
+        ps = grouped[(route, topic)]
+        out.append([route, topic, str(ps[0]) if len(ps) == 1 else _ranges(sorted(set(ps)))])
+    return out
 
 
 def describe_keys(keys: Iterable[PartitionKey], limit: int = 5) -> str:
