@@ -68,7 +68,12 @@ def _produce(producer: Any, topic: str, partition: int, value: bytes) -> None:
 
 
 def _flush(producer: Any, failures: list[str]) -> None:
+    """Flush, then close the producer at once: one left to the garbage collector can outlive
+    the sandbox and print librdkafka's connection failures on the terminal."""
     remaining = producer.flush(120)
+    if remaining:
+        producer.purge()  # close() itself flushes without a bound
+    producer.close()
     if remaining:
         raise RuntimeError(f"{remaining} records were not delivered to the source within 120s")
     if failures:
