@@ -20,8 +20,7 @@ import os
 import time
 from typing import Any
 
-from confluent_kafka import Producer
-
+from strait import clients
 from strait.metrics.stages import RouteObserver
 from strait.worker.fetch import RecordPipeline
 from strait.worker.pipeline import CATCHUP_SETTINGS, PartitionState
@@ -32,7 +31,7 @@ SOURCE, DESTINATION = "cost-source", "cost-destination"
 
 def mock_cluster() -> tuple[Any, str]:
     """A mock cluster (alive as long as the returned handle) and its bootstrap servers."""
-    owner = Producer({"test.mock.num.brokers": 1, "log_level": 3})
+    owner = clients.producer({"test.mock.num.brokers": 1, "log_level": 3})
     brokers = owner.list_topics(timeout=10).brokers.values()
     return owner, ",".join(f"{b.host}:{b.port}" for b in brokers)
 
@@ -40,14 +39,9 @@ def mock_cluster() -> tuple[Any, str]:
 def load(bootstrap: str, records: int, size: int, compression: str) -> None:
     """Create both topics (the mock cluster makes a topic of one partition when a client that
     may auto-create asks for its metadata) and write the source topic."""
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "compression.type": compression,
-            "linger.ms": 50,
-            "queue.buffering.max.messages": 1_000_000,
-            "log_level": 3,
-        }
+    producer = clients.producer(
+        {"bootstrap.servers": bootstrap, "log_level": 3},
+        **{"compression.type": compression, "linger.ms": 50, "queue.buffering.max.messages": 1_000_000},
     )
     for topic in (SOURCE, DESTINATION):
         producer.list_topics(topic, timeout=10)
@@ -60,6 +54,7 @@ def load(bootstrap: str, records: int, size: int, compression: str) -> None:
             except BufferError:
                 producer.poll(0.05)
     producer.flush(60)
+    producer.close()
 
 
 def copy_once(bootstrap: str, records: int, group: str) -> dict[str, float]:
@@ -89,8 +84,7 @@ def copy_once(bootstrap: str, records: int, group: str) -> dict[str, float]:
     wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
     copied = (state.checkpoint or 0) - start_records
     pipeline._stopping.set()
-    pipeline._shutdown()
-    pipeline._producer.flush(10)
+    pipeline._shutdown()  # flushes, then closes both clients
     return {
         "records": copied,
         "wall_s": round(wall, 3),
