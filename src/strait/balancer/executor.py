@@ -497,8 +497,9 @@ def resume(gateway: Gateway, store: StateStore, execution_id: str | None = None)
         plan = Plan.from_dict(execution.plan)
     except PlanError as exc:
         raise BalanceError(f"stored plan of execution {execution.id} is unreadable: {exc}") from exc
+    live = gateway.load_model().brokers  # a broker gone since the start is asked for no throttle rate
     executor = Executor(
-        gateway, store, execution.id, plan, Options.from_dict(execution.options), progress=execution.progress
+        gateway, store, execution.id, plan, Options.from_dict(execution.options), progress=execution.progress, live=live
     )
     if execution.cancel_requested:
         executor.request_cancel()
