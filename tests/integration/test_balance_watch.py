@@ -4,7 +4,7 @@ Each test makes its own skew: a topic whose partitions all sit on one broker's f
 with a few MB of records. The watcher (the thread the leading controller runs) finds the skew,
 alerts and proposes a plan; with `execute` on, the plan runs through the executor and the skew
 goes down; a person's cancel holds the watch back; a broker that dies has its replicas moved to
-the others (the last test: broker 3 stays dead). Disk sizes are configured (`balance.capacities`)
+the others with a throttle set (the last test: broker 3 stays dead). Disk sizes are configured (`balance.capacities`)
 because every sandbox dir shares one filesystem.
 """
 
@@ -275,8 +275,10 @@ def test_a_gone_broker_is_found_and_its_replicas_moved(cluster: dict[str, Any]) 
         producer.produce(topic, RECORD, partition=i % 4)
         producer.poll(0)
     assert producer.flush(60) == 0
-    # No throttle: the executor sets throttle rates on every source broker, and a dead one refuses.
-    watcher = BalanceWatcher({NAME: cluster["props"]}, settings(after_s=2, execute=True), leading=lambda: True)
+    # With a throttle: rates go to the live brokers only (a dead one would refuse the request).
+    watcher = BalanceWatcher(
+        {NAME: cluster["props"]}, settings(after_s=2, execute=True, throttle="20MB"), leading=lambda: True
+    )
     cluster["sandbox"].kill_broker(NAME, 3)
     killed = time.monotonic()
     thread = running(watcher)
@@ -291,6 +293,7 @@ def test_a_gone_broker_is_found_and_its_replicas_moved(cluster: dict[str, Any]) 
         watcher.stop()
         thread.join(timeout=60)
     assert final.status == "done", final.progress
+    assert final.options.get("throttle") == 20_000_000, final.options
     assert watcher.view()[NAME]["assessment"]["gone_brokers"] == [3]
     gateway = KafkaGateway(cluster["props"])
     try:
