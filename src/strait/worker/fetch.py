@@ -32,6 +32,7 @@ import logging
 import queue
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -268,7 +269,13 @@ class RecordPipeline(RecordSending, PipelineLoop):
             if unacknowledged:
                 self._producer.purge()
                 self._producer.flush(0)
-            close()
+            # confluent-kafka reports a failed abort inside close() (a fenced producer's) as a
+            # RuntimeWarning on stderr: into the log with it instead.
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                close()
+            for warning in caught:
+                log.info("pipeline %s: closing its producer: %s", self.name, warning.message)
         except (KafkaException, RuntimeError):
             log.warning("closing the %s producer failed", self.name, exc_info=True)
 

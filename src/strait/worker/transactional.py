@@ -502,7 +502,10 @@ class TransactionalPipeline(RecordPipeline):
         return 0
 
     def _close_producer(self, unacknowledged: int) -> None:
-        # close() would abort an open transaction and flush without a bound: a producer left
-        # fenced or mid-transaction is left to the garbage collector instead.
-        if self._fenced is None and not self._txn_open:
+        # close() would abort an open transaction and flush without a bound: a live producer
+        # left mid-transaction is left to the garbage collector instead. A fenced one can do
+        # nothing more (its abort fails at once): what it still holds is dropped, then it closes.
+        if self._fenced is not None:
+            super()._close_producer(1)
+        elif not self._txn_open:
             super()._close_producer(unacknowledged)
