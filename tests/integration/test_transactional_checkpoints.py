@@ -16,7 +16,7 @@ from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 from strait import clients
 from strait.fencing import fence, transactional_id
 from strait.sandbox import Sandbox
-from strait.worker.copier import CheckpointStore
+from strait.worker.source_checkpoints import CheckpointStore
 from strait.worker.task import PartitionTask
 from strait.worker.transactional_checkpoints import (
     DestinationCheckpoints,

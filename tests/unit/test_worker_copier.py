@@ -15,10 +15,11 @@ import pytest
 
 from strait.worker import copier as copier_module
 from strait.worker.checkpoint import AckTracker, start_offset
-from strait.worker.copier import Copier, StartOffsets
+from strait.worker.copier import Copier
 from strait.worker.destination import DestinationError
 from strait.worker.lease import Lease
 from strait.worker.pipeline import PartitionState
+from strait.worker.source_checkpoints import StartOffsets
 from strait.worker.task import PartitionTask
 
 ROUTE = "a-b"

@@ -1,6 +1,6 @@
 """Read replication progress from the source clusters themselves: checkpoints and end offsets.
 
-Checkpoints are the route group's committed offsets on the source (see `strait.worker.copier`),
+Checkpoints are the route group's committed offsets on the source (see `strait.worker.source_checkpoints`),
 so the controller measures lag without trusting any worker's report: a hung worker reports
 nothing, but its frozen checkpoint and the growing end offset tell the story.
 """

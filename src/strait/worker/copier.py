@@ -16,23 +16,21 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, Protocol
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
-from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # re-export not in __all__
+from confluent_kafka import KafkaException
 
-from strait import clients
 from strait.access_errors import explain
 from strait.metrics.stages import CopyObserver
 from strait.offsetmap.store import MapWriter
-from strait.worker.checkpoint import checkpoint_violation, start_offset
+from strait.worker.checkpoint import checkpoint_violation
 from strait.worker.destination import DestinationTopics
 from strait.worker.fetch import RecordPipeline
 from strait.worker.lease import always
 from strait.worker.origin import OriginRule
 from strait.worker.pipeline import CATCHUP_SETTINGS, PartitionState, Pipeline, PipelineSettings
+from strait.worker.source_checkpoints import ADMIN_TIMEOUT_S, CheckpointStore, SourceCheckpoints
 from strait.worker.task import PartitionTask
 
 log = logging.getLogger(__name__)
@@ -54,7 +52,6 @@ MIN_DWELL_S = 5.0
 CLASSIFY_INTERVAL_S = 1.0
 # A partition whose destination topic is still being made ready is looked at again this soon.
 DESTINATION_CHECK_S = 0.05
-ADMIN_TIMEOUT_S = 15.0
 
 Phase = Literal["starting", "running", "moving", "releasing"]
 CopyMode = Literal["record", "batch"]
@@ -94,30 +91,6 @@ class PartitionStats:
         return asdict(self)
 
 
-class StartOffsets(NamedTuple):
-    """Where a partition's copy starts, and what the source says about it."""
-
-    start: int
-    end: int
-    committed: int | None
-    # The checkpoint read was behind records the destination already held (exactly-once
-    # routes, see provenance.py): ``committed`` is the corrected one.
-    corrected: bool = False
-
-
-class CheckpointStore(Protocol):
-    """Where a route keeps its checkpoints; :class:`SourceCheckpoints` is the real one."""
-
-    def start_offsets(self, tasks: list[PartitionTask]) -> dict[PartitionTask, StartOffsets]:
-        """Start offset, source end offset and committed checkpoint per task; raises KafkaException."""
-
-    def commit(self, offsets: Mapping[PartitionTask, int]) -> set[PartitionTask]:
-        """Commit checkpoints in one request; the tasks whose commit failed. Raises KafkaException."""
-
-    def close(self) -> None:
-        """Release the clients."""
-
-
 class DestinationManager(Protocol):
     """Makes destination topics ready; :class:`DestinationTopics` is the real one."""
 
@@ -135,80 +108,6 @@ class DestinationManager(Protocol):
 
     def forget(self, destination_topic: str) -> None:
         """Check the topic again next time."""
-
-
-class SourceCheckpoints:
-    """Checkpoints as the route group's committed offsets on the source cluster.
-
-    A consumer that never subscribes reads and commits them: it carries the route's group.id,
-    so commits land in the group and standard tooling shows the lag, but it never joins the
-    group, so no rebalance can ever involve it.
-    """
-
-    def __init__(self, *, source: Mapping[str, Any], group_id: str, client_id: str) -> None:
-        self._committer = clients.consumer(
-            source,
-            **{"group.id": group_id, "client.id": f"{client_id}-checkpoints", "enable.auto.commit": False},
-        )
-        # Metadata requests for one topic must never create it on the source.
-        self._admin = clients.admin(source, **{"allow.auto.create.topics": False})
-
-    def start_offsets(self, tasks: list[PartitionTask]) -> dict[PartitionTask, StartOffsets]:
-        """Start offset, source end offset and committed checkpoint per task; raises KafkaException."""
-        tps = [TopicPartition(t.topic, t.partition) for t in tasks]
-        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="start-offsets") as reads:
-            # The checkpoints are read while the offsets are asked for (they are independent): a
-            # partition's start waits for two round trips, not four.
-            committed_read = reads.submit(self._committer.committed, tps, timeout=ADMIN_TIMEOUT_S)
-            # list_offsets finds leaders in the client's cached metadata, which does not know the
-            # partitions a source topic just grew; refresh it for the topics being started.
-            topics = sorted({t.topic for t in tasks})
-            if len(topics) == 1:
-                self._admin.list_topics(topics[0], timeout=ADMIN_TIMEOUT_S)
-            elif topics:
-                # A round trip per topic, all at once: ten topics added together start together.
-                with ThreadPoolExecutor(max_workers=min(len(topics), 8), thread_name_prefix="metadata") as pool:
-                    list(pool.map(lambda topic: self._admin.list_topics(topic, timeout=ADMIN_TIMEOUT_S), topics))
-            earliest_read = reads.submit(list_offsets, self._admin, tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
-            latest_read = reads.submit(list_offsets, self._admin, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
-            committed, earliest, latest = committed_read.result(), earliest_read.result(), latest_read.result()
-        result: dict[PartitionTask, StartOffsets] = {}
-        for task, tp in zip(tasks, committed, strict=True):
-            if tp.error is not None:
-                raise KafkaException(tp.error)
-            low, high = earliest[(task.topic, task.partition)], latest[(task.topic, task.partition)]
-            checkpoint = tp.offset if tp.offset >= 0 else None
-            result[task] = StartOffsets(start_offset(task.start, checkpoint, low, high), high, checkpoint)
-        return result
-
-    def commit(self, offsets: Mapping[PartitionTask, int]) -> set[PartitionTask]:
-        """Commit checkpoints synchronously in one request; the tasks whose commit failed."""
-        by_key = {(t.topic, t.partition): t for t in offsets}
-        results = self._committer.commit(
-            offsets=[TopicPartition(t.topic, t.partition, offset) for t, offset in offsets.items()],
-            asynchronous=False,
-        )
-        return {by_key[(tp.topic, tp.partition)] for tp in results or [] if tp.error is not None}
-
-    def close(self) -> None:
-        """Release the clients."""
-        self._committer.close()
-
-
-def list_offsets(admin: Any, tps: list[TopicPartition], spec: OffsetSpec) -> dict[tuple[str, int], int]:
-    """Offsets of ``spec`` per partition; raises KafkaException, also when the cluster never answers."""
-    # read_committed: "latest" is the last stable offset, so a start from "latest" does not skip
-    # records of a transaction that is still open and commits later.
-    futures = admin.list_offsets(
-        {TopicPartition(tp.topic, tp.partition): spec for tp in tps},
-        isolation_level=IsolationLevel.READ_COMMITTED,
-        request_timeout=ADMIN_TIMEOUT_S,
-    )
-    wait_s = ADMIN_TIMEOUT_S + 5.0
-    return {
-        (tp.topic, tp.partition): clients.admin_result(f, wait_s, f"offsets of {tp.topic}/{tp.partition}").offset
-        for tp, f in futures.items()
-    }
 
 
 @dataclass

@@ -24,7 +24,7 @@ from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 from strait import clients
 from strait.worker import provenance
 from strait.worker.checkpoint import start_offset
-from strait.worker.copier import ADMIN_TIMEOUT_S, StartOffsets, list_offsets
+from strait.worker.source_checkpoints import ADMIN_TIMEOUT_S, StartOffsets, list_offsets
 from strait.worker.task import PartitionTask
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def group_metadata(destination: Mapping[str, Any], group_id: str) -> Any:
 
 
 class DestinationCheckpoints:
-    """The :class:`strait.worker.copier.CheckpointStore` of an exactly-once route.
+    """The :class:`strait.worker.source_checkpoints.CheckpointStore` of an exactly-once route.
 
     Checkpoints are the committed offsets of ``destination_group_id`` (default
     ``strait.<route>``) on the destination, written by the transactional pipeline. A partition
