@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,11 +32,13 @@ from strait.balancer.throttle import BROKER_KEYS, TOPIC_KEYS
 from strait.balancer.window import Caps
 from strait.sandbox import Sandbox, SandboxSpec
 from strait.web.balance import mount_balance
+from tests.integration.balancing import cli as _cli
+from tests.integration.balancing import count, leftovers, produce
+from tests.integration.balancing import wait as _wait
 
 pytestmark = pytest.mark.integration
 
 CAPACITY = {"*": 64_000_000}
-RECORD = b"r" * 1000
 
 
 @pytest.fixture(scope="module")
@@ -50,17 +50,6 @@ def cluster(sandbox_factory: Callable[[SandboxSpec], Sandbox]) -> Iterator[dict[
     dirs = {b.id: list(b.log_dirs) for b in state.brokers}
     yield {"props": props, "admin": admin, "dirs": dirs, "sandbox": sb}
     admin.close()
-
-
-def _wait(cond: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.25)
 
 
 def _create(c: dict[str, Any], topic: str, assignments: dict[int, list[int]]) -> None:
@@ -84,62 +73,15 @@ def _create(c: dict[str, Any], topic: str, assignments: dict[int, list[int]]) ->
 
 
 def _produce(c: dict[str, Any], topic: str, per_partition: dict[int, int]) -> int:
-    # Small batches: a replication throttle can only hold back whole batches, so big ones burst.
-    producer = clients.producer(c["props"], **{"acks": "all", "linger.ms": 2, "batch.num.messages": 16})
-    total = 0
-    for partition, count in per_partition.items():
-        for _ in range(count):
-            producer.produce(topic, RECORD, partition=partition)
-            producer.poll(0)
-            total += 1
-    assert producer.flush(60) == 0
-    return total
+    return produce(c["props"], topic, per_partition)
 
 
 def _count(c: dict[str, Any], topic: str) -> int:
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-    consumer = clients.consumer(c["props"], **{"group.id": f"count-{topic}-{time.time()}", "enable.auto.commit": False})
-    gw = KafkaGateway(c["props"])
-    partitions = sorted(p for t, p in gw.replicas([topic]) if t == topic)
-    gw.close()
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-    seen = dict.fromkeys(partitions, 0)
-    deadline = time.monotonic() + 60
-    while any(seen[p] < ends[p] for p in partitions) and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None:
-            seen[msg.partition() or 0] += 1
-    consumer.close()
-    return sum(seen.values())
+    return count(c["props"], topic)
 
 
 def _leftovers(c: dict[str, Any], topics: list[str]) -> list[str]:
-    """Anything an execution must not leave behind: reassignments, future replicas, throttles."""
-    gw = KafkaGateway(c["props"])
-    problems: list[str] = []
-    try:
-        problems += [f"reassignment in progress: {k}" for k in gw.reassignments()]
-        problems += [
-            f"future replica {k} -> {d.future}" for k, d in gw.replica_dirs(list(c["dirs"]), topics).items() if d.future
-        ]
-        for t in topics:
-            problems += [f"topic {t} {k}={v!r}" for k, v in gw.topic_configs(t, TOPIC_KEYS).items()]
-        for b in c["dirs"]:
-            problems += [f"broker {b} {k}={v}" for k, v in gw.broker_configs(b, BROKER_KEYS).items()]
-    finally:
-        gw.close()
-    return problems
-
-
-def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from strait.cli.balance import app; app()", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return leftovers(c["props"], c["dirs"], topics)
 
 
 def _model(c: dict[str, Any]) -> ClusterModel:
