@@ -9,7 +9,8 @@ is empty, which is how stock tools behave and what the benchmark compares agains
 Deviations from the ideal, forced by Kafka's APIs: an inter-broker move picks the log dir of each
 new replica by calling AlterReplicaLogDirs before the reassignment (the broker remembers the
 preferred dir and answers ReplicaNotAvailable); should the replica still land elsewhere, the
-executor follows up with an intra-broker move before it calls the move done.
+executor follows up with an intra-broker move before it calls the move done. Reading back where
+the moves in flight stand, and settling them, is `strait.balancer.tracking`'s part.
 
 Capacity: a move starts only when its destination disks have room for it next to what is on them
 and what is already moving there (`strait.balancer.headroom`); otherwise it waits, and says why.
@@ -26,10 +27,11 @@ import uuid
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from strait.balancer import tracking
 from strait.balancer.errors import BalanceError, ExecutionConflict, PlanError
-from strait.balancer.gateway import Gateway, ReplicaKey
+from strait.balancer.gateway import Gateway
 from strait.balancer.headroom import RoomKeeper, with_capacities
-from strait.balancer.kafka_moves import UNKNOWN, already_applied, cancel, cancel_moves, settled, stale
+from strait.balancer.kafka_moves import already_applied, cancel, cancel_moves, settled, stale
 from strait.balancer.plan import InterBrokerMove, IntraBrokerMove, Move, Plan, order_for_execution, validate
 from strait.balancer.progress import (
     ACTIVE,
@@ -65,8 +67,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# How long metadata may disagree with the controller about a finished reassignment.
-_METADATA_GRACE = 10.0
 # Errors AlterReplicaLogDirs returns for a replica the broker does not host yet; the preferred dir
 # is still recorded, which is all we asked for.
 _NOT_HOSTED_YET = {"ReplicaNotAvailableError", "NotLeaderOrFollowerError", "NotLeaderForPartitionError"}
@@ -202,96 +202,11 @@ class Executor:
             for m in self._active()
             if isinstance(m, InterBrokerMove) and self.states[m.id]["state"] == RUNNING and m.key not in reassigning
         ]
-        if not running:
-            return
-        current = self.gateway.replicas({m.topic for m in running})
-        misplaced: dict[ReplicaKey, str] = {}
-        for m in running:
-            now = current.get(m.key)
-            if now == m.target:
-                if m.target_dirs:
-                    misplaced.update({(m.topic, m.partition, b): d for b, d in m.target_dirs.items()})
-                else:
-                    self._set(m, DONE)
-                continue
-            # The controller has finished (or dropped) the reassignment, but the broker that
-            # answered the metadata request may not have caught up yet: judge only after a grace.
-            entry = self.states[m.id]
-            first = entry.setdefault("unlisted_at", time.time())
-            if time.time() - first < _METADATA_GRACE:
-                continue
-            if now is None:
-                self._set(m, FAILED, error="partition disappeared (topic deleted?)")
-            elif set(now) == set(m.source):
-                self._set(
-                    m,
-                    FAILED,
-                    error=f"reassignment ended with the original replicas {list(now)} (cancelled by another tool?)",
-                )
-            else:
-                self._set(m, FAILED, error=f"replicas are {list(now)}, expected {list(m.target)}")
-        if not misplaced:
-            return
-        dirs = self.gateway.replica_dirs({b for _, _, b in misplaced}, {t for t, _, _ in misplaced})
-        fix: dict[ReplicaKey, str] = {}
-        for m in running:
-            if self.states[m.id]["state"] != RUNNING or not m.target_dirs:
-                continue
-            wrong = {
-                (m.topic, m.partition, b): d
-                for b, d in m.target_dirs.items()
-                if dirs.get((m.topic, m.partition, b), UNKNOWN).current != d
-            }
-            if wrong:
-                fix.update(wrong)
-                self._set(m, PLACING, placing={f"{b}": d for (_, _, b), d in wrong.items()})
-            else:
-                self._set(m, DONE)
-        if fix:
-            errors = self.gateway.move_dirs(fix)
-            for m in running:
-                bad = [f"{rk[2]}: {e}" for rk, e in errors.items() if e and rk[:2] == m.key]
-                if bad and self.states[m.id]["state"] == PLACING:
-                    # The data is on the right broker; only the disk is off. Report, do not fail.
-                    self._set(m, DONE, warning=f"new replica left on its default dir ({'; '.join(bad)})")
+        tracking.check_inter(self.gateway, running, self.states, self._set)
 
     def _check_dirs(self) -> None:
         watched = [m for m in self._active() if isinstance(m, IntraBrokerMove) or self.states[m.id]["state"] == PLACING]
-        if not watched:
-            return
-        brokers: set[int] = set()
-        topics: set[str] = set()
-        for m in watched:
-            topics.add(m.topic)
-            if isinstance(m, IntraBrokerMove):
-                brokers.add(m.broker)
-            else:
-                brokers.update(int(b) for b in self.states[m.id].get("placing", {}))
-        dirs = self.gateway.replica_dirs(brokers, topics)
-        for m in watched:
-            if isinstance(m, IntraBrokerMove):
-                targets = {m.broker: m.target_dir}
-            else:
-                targets = {int(b): d for b, d in self.states[m.id].get("placing", {}).items()}
-            done = True
-            for b, d in targets.items():
-                where = dirs.get((m.topic, m.partition, b), UNKNOWN)
-                if where.current == d and where.future is None:
-                    continue
-                done = False
-                if where.future is None and where.current is not None and where.current != d:
-                    first = self.states[m.id].setdefault("idle_at", time.time())
-                    if time.time() - first >= _METADATA_GRACE:
-                        self._set(
-                            m,
-                            FAILED,
-                            error=f"broker {b} dropped the copy to {d} (another tool changed the replica's dir?)",
-                        )
-                        break
-                if where.future is not None:
-                    self.states[m.id]["copied"] = where.future_size
-            if done:
-                self._set(m, DONE)
+        tracking.check_dirs(self.gateway, watched, self.states, self._set)
 
     def _start_moves(self, reassigning: Mapping[tuple[str, int], Any]) -> None:
         if self.options.mode == "batch" and self._active():
