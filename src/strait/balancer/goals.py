@@ -1,18 +1,22 @@
 """What a balanced cluster means, and how far a model is from it.
 
 Usage is measured per disk as used/capacity. The goal is that the spread (largest minus smallest
-ratio over every disk of every broker the plan may use) is within `threshold`, no disk goes past
+ratio over every disk of every broker the plan may use; within each storage tier when dirs are
+classed SSD/HDD) is within `threshold`, no disk goes past
 `capacity_limit`, no partition has two replicas under one rack switch, and preferred leaders are
 spread evenly over brokers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from strait.balancer.model import ClusterModel, LogDir
+
+# A dir's storage tier from its broker and path (`DiskClasses.class_of`), or None for no class.
+ClassOf = Callable[[int, str], str | None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,10 +57,26 @@ def eligible_dirs(model: ClusterModel, excluded_brokers: Collection[int] = ()) -
     return [d for d in model.all_dirs() if d.broker not in excluded_brokers and d.capacity > 0]
 
 
-def spread(dirs: Iterable[LogDir]) -> float:
-    """Largest minus smallest usage ratio; zero for no disks."""
-    ratios = [d.ratio for d in dirs]
-    return max(ratios) - min(ratios) if ratios else 0.0
+def spread(dirs: Iterable[LogDir], class_of: ClassOf | None = None) -> float:
+    """Largest minus smallest usage ratio; zero for no disks.
+
+    With `class_of` (a dir's storage tier, `strait.balancer.tiers`), the spread is taken within
+    each tier and the largest one counts: tiers hold different data on purpose (hot replicas on
+    SSD, the rest on HDD), so an SSD emptier than the HDDs beside it is the goal, not a skew.
+    Dirs without a class form a tier of their own.
+    """
+    if class_of is None:
+        ratios = [d.ratio for d in dirs]
+        return max(ratios) - min(ratios) if ratios else 0.0
+    return max((spread(group) for group in by_class(dirs, class_of).values()), default=0.0)
+
+
+def by_class(dirs: Iterable[LogDir], class_of: ClassOf) -> dict[str | None, list[LogDir]]:
+    """`dirs` grouped by storage tier."""
+    groups: dict[str | None, list[LogDir]] = {}
+    for d in dirs:
+        groups.setdefault(class_of(d.broker, d.path), []).append(d)
+    return groups
 
 
 def mean_ratio(dirs: Iterable[LogDir]) -> float:

@@ -3,7 +3,8 @@
 The watch mode (`strait.balancer.watch`) samples a cluster model every so often and asks
 `assess` what is wrong with it. Four reasons, each a rule the planner already keeps:
 
-- `disk_spread`: the usage ratios of the disks differ by more than the goals' threshold;
+- `disk_spread`: the usage ratios of the disks (of one storage tier, when dirs are classed)
+  differ by more than the goals' threshold;
 - `disk_full`: a disk holds more than the capacity limit allows;
 - `rack`: a partition has more replicas under one rack switch than the rack rule allows;
 - `broker_gone`: replicas sit on a broker the cluster no longer lists (under-replicated).
@@ -72,8 +73,12 @@ def gone_brokers(model: ClusterModel) -> tuple[int, ...]:
     return tuple(sorted(listed - set(model.brokers)))
 
 
-def assess(model: ClusterModel, goals: Goals) -> Assessment:
-    """Why `model` is out of balance under `goals`; an empty `reasons` means it is not."""
+def assess(model: ClusterModel, goals: Goals, classes: DiskClasses | None = None) -> Assessment:
+    """Why `model` is out of balance under `goals`; an empty `reasons` means it is not.
+
+    With disk `classes` (the plan will place tiers), the disk spread is measured within each
+    tier, as the planner balances it: SSDs kept for hot replicas are not a skew.
+    """
     reasons: set[str] = set()
     tokens: list[str] = []
     unknown = tuple(sorted(shared_filesystems(model)))
@@ -81,7 +86,7 @@ def assess(model: ClusterModel, goals: Goals) -> Assessment:
     measured: float | None = None
     full: tuple[str, ...] = ()
     if dirs:
-        measured = spread(dirs)
+        measured = spread(dirs, classes.class_of if classes else None)
         if measured > goals.threshold:
             reasons.add("disk_spread")
             tokens.append("disk_spread")

@@ -30,7 +30,7 @@ from typing import ParamSpec, TypeVar
 from strait.balancer import leaders as leader_phases
 from strait.balancer import planner
 from strait.balancer.capacity import require_capacities
-from strait.balancer.goals import Goals, eligible_dirs, min_bytes_to_move, spread
+from strait.balancer.goals import Goals, by_class, eligible_dirs, min_bytes_to_move, spread
 from strait.balancer.loads import attach, balance_net_in
 from strait.balancer.model import ClusterModel
 from strait.balancer.plan import Plan, diff_ordered, disk_key
@@ -79,8 +79,27 @@ def rebalance(
     attach(ws, traffic)
     warnings: list[str] = []
     planner.fix_racks(ws, warnings)
-    planner.spread_disks(ws, warnings)
+    if classes:
+        place_tiers(ws, traffic, classes, warnings)
+    _spread_disks(ws, warnings, classes)
     return _traffic_and_tiers("rebalance", model, goals, ws, warnings, traffic, classes)
+
+
+def _spread_disks(ws: planner.Workspace, warnings: list[str], classes: DiskClasses | None) -> None:
+    """Even out disk usage: over every disk, or within each storage tier when dirs are classed
+    (data then moves only between dirs of one class, so the tier placement stays)."""
+    if not classes:
+        planner.spread_disks(ws, warnings)
+        return
+    for group in _tier_groups(ws, classes).values():
+        planner.spread_disks(ws, warnings, within=group)
+
+
+def _tier_groups(ws: planner.Workspace, classes: DiskClasses) -> dict[str | None, list[int]]:
+    groups: dict[str | None, list[int]] = {}
+    for d, (broker, path) in enumerate(zip(ws.disk_broker, ws.disk_path, strict=True)):
+        groups.setdefault(classes.class_of(broker, path), []).append(d)
+    return groups
 
 
 def _traffic_and_tiers(
@@ -97,8 +116,11 @@ def _traffic_and_tiers(
         leader_phases.balance_leaders(ws)
         leader_phases.balance_leader_traffic(ws)
     if classes:
+        # Traffic moves may have landed hot replicas on HDD (or cold on SSD): place them again,
+        # then even out each tier, which moves data only within a class.
         place_tiers(ws, traffic, classes, warnings)
-    return _finish(operation, model, goals, ws, warnings, traffic)
+        _spread_disks(ws, warnings, classes)
+    return _finish(operation, model, goals, ws, warnings, traffic, classes)
 
 
 @_planning
@@ -120,7 +142,9 @@ def drain(
     warnings: list[str] = []
     planner.drain(ws, warnings)
     planner.fix_racks(ws, warnings)
-    planner.spread_disks(ws, warnings)
+    if classes:
+        place_tiers(ws, traffic, classes, warnings)
+    _spread_disks(ws, warnings, classes)
     return _traffic_and_tiers("drain", model, goals, ws, warnings, traffic, classes)
 
 
@@ -170,7 +194,7 @@ def tiers(model: ClusterModel, traffic: Traffic | None, classes: DiskClasses, go
     ws = planner.Workspace(model, goals)
     warnings: list[str] = []
     place_tiers(ws, traffic, classes, warnings)
-    return _finish("tiers", model, goals, ws, warnings, traffic)
+    return _finish("tiers", model, goals, ws, warnings, traffic, classes)
 
 
 def _finish(
@@ -180,23 +204,34 @@ def _finish(
     ws: planner.Workspace,
     warnings: list[str],
     traffic: Traffic | None = None,
+    classes: DiskClasses | None = None,
 ) -> Plan:
-    outcome = ws.outcome(warnings)
+    # Both tier passes may warn about the same replica: each warning once.
+    outcome = ws.outcome(list(dict.fromkeys(warnings)))
     moves = diff_ordered(model, outcome.partitions.items())
     excluded = ws.excluded
-    # The disks after the plan, from the workspace (what `apply` would say, without building it).
-    after_ratios = [
-        ws.disk_used[d] / cap for d, cap in enumerate(ws.disk_cap) if cap > 0 and ws.disk_broker[d] not in excluded
-    ]
+    # The disks after the plan, from the workspace (what `apply` would say, without building it),
+    # grouped by tier when dirs are classed: the spread is then measured within each tier.
+    class_of = classes.class_of if classes else None
+    after: dict[str | None, list[float]] = {}
+    for d, cap in enumerate(ws.disk_cap):
+        if cap > 0 and ws.disk_broker[d] not in excluded:
+            tier = class_of(ws.disk_broker[d], ws.disk_path[d]) if class_of else None
+            after.setdefault(tier, []).append(ws.disk_used[d] / cap)
     stats: dict[str, object] = {
         "moves": len(moves),
         "inter_broker_moves": sum(1 for m in moves if m.kind == "inter"),
         "intra_broker_moves": sum(1 for m in moves if m.kind == "intra"),
         "bytes": sum(m.bytes for m in moves),
         "min_bytes": min_bytes_to_move(model, goals, excluded) if operation in ("rebalance", "drain") else 0,
-        "spread_before": round(spread(eligible_dirs(model, excluded)), 6),
-        "spread_after": round(max(after_ratios) - min(after_ratios), 6) if after_ratios else 0.0,
+        "spread_before": round(spread(eligible_dirs(model, excluded), class_of), 6),
+        "spread_after": round(max((max(r) - min(r) for r in after.values()), default=0.0), 6),
     }
+    if class_of:
+        before = by_class(eligible_dirs(model, excluded), class_of)
+        stats["spread_by_class"] = {
+            str(tier): [round(spread(before.get(tier, ())), 6), round(max(r) - min(r), 6)] for tier, r in after.items()
+        }
     if traffic is not None:
         stats["traffic_window_s"] = round(traffic.window_s, 3)
         placed = {**model.partitions, **outcome.partitions}

@@ -119,9 +119,11 @@ class Workspace:
     def usable(self, d: int) -> bool:
         return self.disk_ok[d]
 
-    def mean(self) -> float:
+    def mean(self, disks: Collection[int] | None = None) -> float:
+        """The usage ratio every usable disk (of `disks`, default all) would have if even; data on
+        drained brokers' disks counts, since it has to land on the rest."""
         cap = used = 0
-        for d in range(len(self.disk_broker)):
+        for d in range(len(self.disk_broker)) if disks is None else disks:
             used += self.disk_used[d]
             if self.usable(d):
                 cap += self.disk_cap[d]
@@ -330,12 +332,20 @@ def fix_racks(ws: Workspace, warnings: list[str]) -> None:
                 break
 
 
-def spread_disks(ws: Workspace, warnings: list[str], *, destinations: Collection[int] | None = None) -> None:
+def spread_disks(
+    ws: Workspace,
+    warnings: list[str],
+    *,
+    destinations: Collection[int] | None = None,
+    within: Collection[int] | None = None,
+) -> None:
     """Move replicas from the fullest disks to the emptiest until the spread is within threshold.
 
-    `destinations` limits which brokers may receive data (used to fill new brokers only).
+    `destinations` limits which brokers may receive data (used to fill new brokers only);
+    `within` limits the disks taking part, data moving only among them (one storage tier).
     """
-    usable = [d for d in range(len(ws.disk_broker)) if ws.usable(d)]
+    group = range(len(ws.disk_broker)) if within is None else sorted(within)
+    usable = [d for d in group if ws.usable(d)]
     if destinations is None:
         sinks = usable
         sources = usable
@@ -349,12 +359,14 @@ def spread_disks(ws: Workspace, warnings: list[str], *, destinations: Collection
         ws.loads.freeze_band()
     ws.guarded = ws.loads is not None
     try:
-        _spread(ws, warnings, sinks, sources, destinations is not None)
+        _spread(ws, warnings, sinks, sources, destinations is not None, ws.mean(None if within is None else group))
     finally:
         ws.guarded = False
 
 
-def _spread(ws: Workspace, warnings: list[str], sinks: list[int], sources: list[int], filling: bool) -> None:
+def _spread(
+    ws: Workspace, warnings: list[str], sinks: list[int], sources: list[int], filling: bool, mean: float
+) -> None:
     goals = ws.goals
     fullest = _DiskHeap(ws, sources, fullest=True)
     emptiest = _DiskHeap(ws, sinks, fullest=False)
@@ -365,7 +377,6 @@ def _spread(ws: Workspace, warnings: list[str], sinks: list[int], sources: list[
         by_rack.setdefault(ws.broker_rack.get(ws.disk_broker[d], 0), []).append(d)
     rack_emptiest = {r: _DiskHeap(ws, ds, fullest=False) for r, ds in by_rack.items()}
     heaps = [fullest, emptiest, *rack_emptiest.values()]
-    mean = ws.mean()
     budget = 4 * sum(len(r) for r in ws.replicas) + 1000
     # Filling stops once the new brokers hold a fair share; it does not rebalance the others.
     floor = mean - goals.threshold / 2 if filling else None

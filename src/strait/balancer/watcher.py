@@ -126,7 +126,10 @@ class BalanceWatcher:
         capacities = self.settings.capacities_of(name)
         try:
             model, traffic = self._sample(name, props, capacities)
-            assessment = imbalance.assess(model, self.goals)
+            # Tiers are placed only with traffic measured (`imbalance.propose`); then the spread
+            # that counts is the one within each tier.
+            tiers = self.settings.classes_of(name) if traffic is not None else None
+            assessment = imbalance.assess(model, self.goals, tiers)
             seen = watch.Observation(
                 at=self._clock(),
                 leading=True,
