@@ -161,3 +161,26 @@ def test_status_shows_each_copy_mode_and_why_record_by_record() -> None:
     text = console.file.getvalue()  # type: ignore[attr-defined]
     assert "Copy modes" in text and "compacted_gap: offsets 4..9 missing" in text
     assert "route option copy: record" not in text  # a record route is not listed per partition
+
+
+@pytest.mark.parametrize("how", ["revoke", "abandon"])
+def test_counters_go_on_when_the_partition_is_assigned_here_again(batch_copier: Copier, how: str) -> None:
+    """A worker frozen past its session gives its partitions up (abandon or revoke) and takes
+    them again: its per-partition counters, Prometheus counters, go on from where they were."""
+    task = _task(0)
+    batch: FakeBatchPipeline = batch_copier._batch  # type: ignore[assignment]
+    batch_copier.assign([task])
+    _wait_for(lambda: task in batch.states)
+    first = batch.states[task]
+    first.records, first.bytes, first.rewinds = 300, 3000, 1
+    if how == "revoke":
+        assert batch_copier.revoke([task], timeout_s=5) == set()
+    else:
+        batch_copier.abandon()
+        _wait_for(lambda: task not in batch_copier.assigned())
+    batch_copier.assign([task])
+    _wait_for(lambda: task in batch.states and batch.states[task] is not first)
+    batch.states[task].records += 100
+    batch.states[task].bytes += 1000
+    stats = batch_copier.stats()[task]
+    assert (stats.records, stats.bytes, stats.rewinds) == (400, 4000, 1)

@@ -67,7 +67,10 @@ class PartitionStats:
     revoked) or ``failed:<reason>``; a failed partition copies nothing until it is revoked and
     assigned again (failures while starting are retried every few seconds).
     ``lag`` is the source end offset minus the checkpoint, as consumer-group tooling shows it.
-    ``last_progress`` is the Unix time of the last acknowledged record.
+    ``last_progress`` is the Unix time of the last acknowledged record. ``records``, ``bytes``
+    and ``rewinds`` count from this process's start over every time the partition was assigned
+    to it: they are Prometheus counters, which must not go back while the process lives (a
+    worker frozen past its session gives its partitions up and takes them again).
     """
 
     records: int
@@ -212,6 +215,8 @@ class Copier:
             self._batch = batch_factory(name=BATCH, settings=catchup_settings, **common)
         self._lock = threading.Lock()
         self._entries: dict[PartitionTask, _Entry] = {}
+        # Records, bytes and rewinds of the partitions' earlier assignments here (see PartitionStats).
+        self._earlier: dict[tuple[str, int], tuple[int, int, int]] = {}
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"strait-copier-{route}", daemon=True)
@@ -327,8 +332,10 @@ class Copier:
     def stats(self) -> dict[PartitionTask, PartitionStats]:
         """Per assigned partition: progress, checkpoint, lag and state."""
         with self._lock:
-            entries = list(self._entries.items())
-        return {task: self._snapshot(entry) for task, entry in entries}
+            # The earlier counts under the same lock as the entries: a partition finishing its
+            # revoke meanwhile is counted once, either as an entry or as earlier counts.
+            entries = [(t, e, self._earlier.get((t.topic, t.partition))) for t, e in self._entries.items()]
+        return {task: self._snapshot(entry, earlier) for task, entry, earlier in entries}
 
     def stop(self, drain: bool = True, timeout_s: float = 30) -> None:
         """Stop copying. ``drain=True`` hands every partition over cleanly first (see :meth:`revoke`).
@@ -441,6 +448,9 @@ class Copier:
                 )
                 if self._entries.get(task) is entry:
                     del self._entries[task]
+                    key, state = (task.topic, task.partition), entry.state
+                    records, size, rewinds = self._earlier.get(key, (0, 0, 0))
+                    self._earlier[key] = (records + state.records, size + state.bytes, rewinds + state.rewinds)
                 if entry.state.failed:
                     # The next assignment checks the destination again (it may have been deleted).
                     self._destinations.forget(task.destination_topic)
@@ -664,8 +674,9 @@ class Copier:
         if failed:
             log.warning("copier %s: checkpoint commit failed for %s", self.route, sorted(map(str, failed)))
 
-    def _snapshot(self, entry: _Entry) -> PartitionStats:
+    def _snapshot(self, entry: _Entry, earlier: tuple[int, int, int] | None = None) -> PartitionStats:
         state = entry.state
+        records, size, rewinds = earlier or (0, 0, 0)
         tracker = state.tracker
         checkpoint = state.checkpoint
         if state.error is not None:
@@ -684,8 +695,8 @@ class Copier:
         if state.source_end is not None and checkpoint is not None:
             lag = max(0, state.source_end - checkpoint)
         return PartitionStats(
-            records=state.records,
-            bytes=state.bytes,
+            records=records + state.records,
+            bytes=size + state.bytes,
             checkpoint=checkpoint,
             committed=state.committed,
             source_end=state.source_end,
@@ -694,7 +705,7 @@ class Copier:
             pipeline=state.pipeline,
             in_flight=tracker.in_flight if tracker else 0,
             last_progress=state.last_progress,
-            rewinds=state.rewinds,
+            rewinds=rewinds + state.rewinds,
             skipped=state.skipped,
             mode=state.mode,
             mode_reason=state.mode_reason,
