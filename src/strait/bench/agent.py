@@ -4,7 +4,7 @@
 (and from each other) keeps their work off one interpreter lock, so a latency figure is
 the replicator's and not a Python thread's wait. The harness talks to them through files:
 the spec in, a ``ready`` file once the reader is assigned, a ``stop`` file holding how many
-distinct records to expect, and the results out.
+distinct records to expect (for a producer: that its traffic should end early), and the results out.
 """
 
 from __future__ import annotations
@@ -131,8 +131,14 @@ def stop_reader(agent: Agent, expected: int, *, drain_s: float) -> reader.Arriva
     return reader.Arrivals.load(agent.out)
 
 
+def stop_producer(agent: Agent) -> None:
+    """Ask a producer agent to end its traffic now (it then flushes and writes its results)."""
+    agent.spec_path.with_suffix(".stop").touch()
+
+
 def _produce(spec: dict[str, Any], out: Path) -> None:
     started_us = time.time_ns() // 1000
+    stop_file = out.with_suffix(".stop")
     counts = workload.produce_at_rate(
         spec["props"],
         spec["topics"],
@@ -140,6 +146,7 @@ def _produce(spec: dict[str, Any], out: Path) -> None:
         duration_s=spec["duration_s"],
         size=spec["size"],
         start_seq={(t, p): s for t, p, s in spec["start_seq"]},
+        stop=stop_file.exists,
     )
     ended_us = time.time_ns() // 1000
     result = {"counts": [[t, p, n] for (t, p), n in counts.items()], "started_us": started_us, "ended_us": ended_us}

@@ -10,6 +10,7 @@ import os
 import platform
 import subprocess
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,22 @@ def describe() -> dict[str, Any]:
 def load_average() -> list[float]:
     """The 1, 5 and 15-minute load averages now."""
     return [round(x, 2) for x in os.getloadavg()]
+
+
+class MachineBusy(RuntimeError):
+    """The machine is too busy for a measured run (the message gives the load and the threshold)."""
+
+
+def check_quiet(max_load: float | None, load: Sequence[float] | None = None) -> list[float]:
+    """The load averages now (or ``load``); raises :class:`MachineBusy` when the 1-minute figure is
+    above ``max_load`` (None: never), so a measured run does not start on a busy machine."""
+    now = [round(x, 2) for x in load] if load is not None else load_average()
+    if max_load is not None and now[0] > max_load:
+        raise MachineBusy(
+            f"load average {now[0]} (1 minute) is above {max_load} on {os.cpu_count()} CPUs: figures measured "
+            "now would say more about the other work than about the replicators; wait for a quiet machine"
+        )
+    return now
 
 
 def _cpu_ticks() -> tuple[float, float] | None:

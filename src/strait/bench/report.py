@@ -19,8 +19,10 @@ from strait.bench.markdown import _verdict as _verdict
 from strait.bench.plots import plot as plot
 from strait.bench.report_delivery import DELIVERY_SECTION, delivery_summary
 from strait.bench.report_failover import FAILOVER_SECTION, failover_summary
+from strait.bench.report_isolation import ISOLATION_SECTION, isolation_summary_lines
 from strait.bench.report_missing import MISSING_TERMS, missing_summary
 from strait.bench.report_security import SECURITY_SECTION
+from strait.bench.report_throughput import throughput_md as _throughput_md
 
 SCENARIOS = (
     "smoke",
@@ -32,6 +34,7 @@ SCENARIOS = (
     "delivery",
     "failover",
     "security",
+    "isolation",
 )
 
 COMMANDS = {
@@ -44,6 +47,7 @@ COMMANDS = {
     "delivery": "strait bench delivery",
     "failover": "strait bench failover",
     "security": "strait bench security",
+    "isolation": "strait bench isolation",
 }
 
 
@@ -71,90 +75,6 @@ def load_all(results_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 # ---- Markdown -----------------------------------------------------------------------------------
-
-
-def _throughput_md(doc: dict[str, Any]) -> list[str]:
-    runs = doc["runs"]
-    rows = []
-    for r in sorted(
-        runs,
-        key=lambda r: (
-            r["size"],
-            r["compression"],
-            r["parallelism"],
-            r["system"],
-            r.get("copy", ""),
-            r.get("mm2_profile", ""),
-            r.get("repeat", 0),
-        ),
-    ):
-        rows.append(
-            [
-                f"{r['size']} B",
-                r["compression"],
-                str(r["parallelism"]),
-                _strait_copy(r) if r["system"] == "strait" else _mm2_profile(r),
-                str(r.get("repeat", 0) + 1),
-                _n(r.get("records")),
-                _n(r.get("records_per_s")),
-                _n(r.get("mb_per_s"), 1),
-                _n(r.get("cpu_s_per_gb")),
-                _n(r.get("peak_rss_mb")),
-                _n(r.get("startup_s"), 1),
-                _verdict(r),
-            ]
-        )
-    lines = _table(
-        [
-            "record",
-            "compr.",
-            "workers / tasks",
-            "system",
-            "run",
-            "records",
-            "records/s",
-            "MB/s",
-            "CPU s/GB",
-            "peak RSS MB",
-            "start-up s",
-            VERDICT_HEADER,
-        ],
-        rows,
-    )
-    ratio_rows = [
-        [
-            f"{q['size']} B",
-            q["compression"],
-            str(q["parallelism"]),
-            q.get("copy", "record"),
-            q.get("mm2_profile", "default"),
-            _n(q.get("strait_records_per_s")),
-            _n(q.get("mm2_records_per_s")),
-            _n(q.get("records_per_s"), 2),
-            _n(q.get("best_records_per_s"), 2),
-            _n(q.get("cpu_s_per_gb"), 2),
-            _n(q.get("peak_rss_mb"), 2),
-        ]
-        for q in doc["ratios"]
-    ]
-    lines += ["", "Ratios Strait / MM2 (records/s: higher is better for Strait; CPU and memory: lower is better):", ""]
-    lines += _table(
-        [
-            "record",
-            "compr.",
-            "workers / tasks",
-            "Strait copy",
-            "MM2 profile",
-            "Strait rec/s",
-            "MM2 rec/s",
-            "records/s ratio (means)",
-            "records/s ratio (best runs)",
-            "CPU s/GB ratio",
-            "peak RSS ratio",
-        ],
-        ratio_rows,
-    )
-    return lines
 
 
 def _latency_md(doc: dict[str, Any]) -> list[str]:
@@ -346,6 +266,7 @@ _SECTIONS: dict[str, tuple[str, str, Callable[[dict[str, Any]], list[str]]]] = {
     "delivery": DELIVERY_SECTION,
     "failover": FAILOVER_SECTION,
     "security": SECURITY_SECTION,
+    "isolation": ISOLATION_SECTION,
 }
 
 
@@ -361,17 +282,6 @@ def _profile_settings(profile: str) -> str:
     from strait.bench.mirrormaker import profile_properties
 
     return ", ".join(f"`{key}={value}`" for key, value in profile_properties(profile).items())
-
-
-def _mm2_profile(run: dict[str, Any]) -> str:
-    """MirrorMaker 2's label in a throughput row: with its profile when it is not the default."""
-    profile = run.get("mm2_profile", "default")
-    return "MM2" if profile == "default" else f"MM2 ({profile})"
-
-
-def _strait_copy(run: dict[str, Any]) -> str:
-    """Strait's label in a throughput row: with its copy mode when the run chose one."""
-    return f"Strait ({run['copy']})" if run.get("copy") else "Strait"
 
 
 def _summary(results: dict[str, dict[str, Any]]) -> list[str]:
@@ -407,6 +317,7 @@ def _summary(results: dict[str, dict[str, Any]]) -> list[str]:
         )
     lines += delivery_summary(results.get("delivery"))
     lines += failover_summary(results.get("failover"))
+    lines += isolation_summary_lines(results.get("isolation"))
     lines += missing_summary(results)
     return ["## Summary", "", *lines, ""] if lines else []
 
@@ -469,6 +380,7 @@ def render_markdown(results: dict[str, dict[str, Any]]) -> str:
     for scenario in (
         "throughput",
         "latency",
+        "isolation",
         "add-topics",
         "worker-failure",
         "delivery",

@@ -6,6 +6,7 @@ can tell exactly which ones reached the destination.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -87,18 +88,86 @@ def prefill(
     failures: list[str] = []
     # Batching favours throughput here: only the backlog's content matters, not its timing.
     producer = _make_producer(props, compression, 20, failures)
-    counts: Counts = {(topic, p): 0 for p in range(partitions)}
+    counts = _fill(producer, topic, {(topic, p): 0 for p in range(partitions)}, records, size)
+    _flush(producer, failures)
+    return counts
+
+
+def _fill(producer: Any, topic: str, counts: Counts, records: int, size: int) -> Counts:
+    """Send ``records`` records round-robin over the partitions in ``counts`` (next sequence of each)."""
+    counts = dict(counts)
+    partitions = sorted(p for t, p in counts if t == topic)
     now_us = time.time_ns() // 1000
     for i in range(records):
-        partition = i % partitions
+        partition = partitions[i % len(partitions)]
         seq = counts[(topic, partition)]
         _produce(producer, topic, partition, encode(partition, seq, now_us, size))
         counts[(topic, partition)] = seq + 1
         if i % 10_000 == 0:
             producer.poll(0)
             now_us = time.time_ns() // 1000
-    _flush(producer, failures)
     return counts
+
+
+class HeldBacklog:
+    """A backlog written inside one open transaction: invisible to ``read_committed`` readers
+    (Strait's fetchers, and MirrorMaker given ``isolation.level=read_committed``) until
+    :meth:`commit`, when all of it appears at once. The transaction must be committed within
+    ``timeout_s`` of its first record (the broker's ``transaction.max.timeout.ms`` caps it,
+    15 minutes by default)."""
+
+    def __init__(
+        self, props: Mapping[str, Any], topic: str, start_seq: Counts, records: int, size: int, *, timeout_s: int = 900
+    ) -> None:
+        self._failures: list[str] = []
+        self._open = True
+        self._producer = clients.producer(
+            props,
+            **{
+                "acks": "all",
+                "transactional.id": f"strait-bench-backlog-{topic}",
+                "transaction.timeout.ms": timeout_s * 1000,
+                "linger.ms": 20,
+                "batch.size": 1_000_000,
+                "queue.buffering.max.messages": 500_000,
+                "on_delivery": self._delivered,
+                "log_level": 3,
+            },
+        )
+        self._producer.init_transactions(60)
+        self._producer.begin_transaction()
+        try:
+            self.counts = _fill(self._producer, topic, start_seq, records, size)
+            remaining = self._producer.flush(120)
+            if remaining or self._failures:
+                raise RuntimeError(
+                    f"backlog not written: {remaining} records undelivered, {len(self._failures)} failed"
+                    + (f" (first: {self._failures[0]})" if self._failures else "")
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    def _delivered(self, err: Any, _msg: Any) -> None:
+        if err is not None:
+            self._failures.append(str(err))
+
+    def commit(self) -> None:
+        """Make the whole backlog visible, then release the producer."""
+        try:
+            self._producer.commit_transaction(60)
+        finally:
+            self._open = False
+            self._producer.close()
+
+    def close(self) -> None:
+        """Abort (nothing becomes visible) and release the producer; a no-op after :meth:`commit`."""
+        if not self._open:
+            return
+        self._open = False
+        with contextlib.suppress(KafkaException):
+            self._producer.abort_transaction(30)
+        self._producer.close()
 
 
 def produce_at_rate(

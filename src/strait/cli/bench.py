@@ -235,6 +235,73 @@ def latency(
     )
 
 
+@app.command()
+def isolation(
+    backlog: int = typer.Option(2_000_000, help="Records in the backlog the second topic catches up."),
+    rate: float = typer.Option(1000, help="records/s on the realtime topic."),
+    without: float = typer.Option(20.0, help="Seconds measured before the backlog appears (after the warm-up)."),
+    warmup: float = typer.Option(
+        15.0, help="Seconds of realtime traffic before measuring (MirrorMaker's JVM compiles its hot paths meanwhile)."
+    ),
+    drain_timeout: float = typer.Option(600.0, help="Longest wait for the backlog to be copied, in seconds."),
+    after: float = typer.Option(5.0, help="Seconds of realtime traffic measured after the backlog is copied."),
+    partitions: int = typer.Option(8, help="Partitions of the realtime topic."),
+    backlog_partitions: int = typer.Option(8, help="Partitions of the backlog topic."),
+    size: int = typer.Option(100, help="Record size in bytes (both topics)."),
+    parallelism: int = typer.Option(1, help="Strait worker processes = MirrorMaker tasks."),
+    repeats: int = typer.Option(1, help="Repeat everything (system order alternates each time)."),
+    copy: str = typer.Option(
+        "default", "--copy", help="Strait's route copy modes: default (the route's), record, batch (comma-separated)."
+    ),
+    mm2_profile: str = typer.Option(
+        "default", "--mm2-profile", help="MirrorMaker 2 settings: default, tuned (comma-separated)."
+    ),
+    max_load: float = typer.Option(
+        1.0, "--max-load", help="Refuse to start while the 1-minute load average is above this (recorded)."
+    ),
+    ignore_load: bool = typer.Option(False, "--ignore-load", help="Run even on a busy machine (a smoke run)."),
+    systems: str = _SYSTEMS,
+    results_dir: Path = _RESULTS,
+    markdown: Path = _MARKDOWN,
+    workdir: Path | None = _WORKDIR,
+    keep: bool = _KEEP,
+) -> None:
+    """Fetch isolation: a realtime topic's p50 / p99 without and with another topic catching up a backlog."""
+    from strait.bench import machine, scenarios
+
+    copies = [None if c == "default" else c for c in _words(copy)]
+    if not copies or any(c not in (None, "record", "batch") for c in copies):
+        raise typer.BadParameter("--copy takes default, record and/or batch", param_hint="--copy")
+    profiles = _mm2_profiles(mm2_profile)
+    try:
+        load = machine.check_quiet(None if ignore_load else max_load)
+    except machine.MachineBusy as exc:
+        typer.echo(f"{exc} (or pass --ignore-load: the figures are then not evidence)", err=True)
+        raise typer.Exit(2) from None
+
+    def body(bench: Any) -> list[dict[str, Any]]:
+        result = scenarios.isolation(
+            bench,
+            rate=rate,
+            backlog=backlog,
+            partitions=partitions,
+            backlog_partitions=backlog_partitions,
+            size=size,
+            warmup_s=warmup,
+            without_s=without,
+            drain_timeout_s=drain_timeout,
+            after_s=after,
+            parallelism=parallelism,
+            repeats=repeats,
+            copies=copies,
+            mm2_profiles=profiles,
+        )
+        result["params"].update(max_load=max_load, ignore_load=ignore_load, load_at_check=load)
+        return [result]
+
+    _session(systems, results_dir, markdown, workdir, keep, body)
+
+
 @app.command("add-topics")
 def add_topics(
     rate: float = typer.Option(2000, help="records/s on topic A."),

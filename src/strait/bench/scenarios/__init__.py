@@ -11,6 +11,7 @@ from strait.bench.scenarios.delivery import delivery
 from strait.bench.scenarios.failover import failover
 from strait.bench.scenarios.failure import worker_failure
 from strait.bench.scenarios.harness import SYSTEMS, Bench, strait_available
+from strait.bench.scenarios.isolation import isolation
 from strait.bench.scenarios.latency import latency
 from strait.bench.scenarios.smoke import smoke
 from strait.bench.scenarios.throughput import throughput
@@ -21,6 +22,7 @@ __all__ = [
     "add_topics",
     "delivery",
     "failover",
+    "isolation",
     "latency",
     "smoke",
     "strait_available",

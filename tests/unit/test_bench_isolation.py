@@ -1,0 +1,116 @@
+"""`strait bench isolation`: the split of realtime records into windows, the ratios and summary,
+the busy-machine refusal, and the report section."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from strait.bench import report
+from strait.bench.machine import MachineBusy, check_quiet
+from strait.bench.scenarios.isolation import (
+    drain_figures,
+    isolation_summary,
+    mode_of,
+    split_windows,
+    window_ratios,
+)
+
+SEC = 1_000_000
+
+
+def test_records_are_counted_in_the_window_their_send_time_falls_in() -> None:
+    sends = [
+        (5 * SEC, 1),  # warm-up
+        (10 * SEC, 2),  # without
+        (18 * SEC, 3),  # without
+        (int(19.5 * SEC), 4),  # the second before the commit: counted nowhere
+        (20 * SEC, 5),  # with (sent at the commit)
+        (30 * SEC, 6),  # with (sent when the drain ended)
+        (31 * SEC, 7),  # after
+    ]
+    split = split_windows(sends, measure_from_us=10 * SEC, commit_us=20 * SEC, drained_us=30 * SEC)
+    assert split == {"without": [2, 3], "with": [5, 6], "after": [7]}
+
+
+def test_the_ratio_is_with_over_without_and_absent_when_a_window_is_empty() -> None:
+    run = {"latency_without": {"p50_ms": 4.0, "p99_ms": 10.0}, "latency_with": {"p50_ms": 6.0, "p99_ms": 25.0}}
+    assert window_ratios(run) == {"ratio_p50": 1.5, "ratio_p99": 2.5}
+    assert window_ratios({"latency_without": {"p50_ms": 4.0}, "latency_with": {"count": 0}}) == {
+        "ratio_p50": None,
+        "ratio_p99": None,
+    }
+
+
+def test_drain_figures_count_from_the_commit() -> None:
+    drain = {"first_us": 21 * SEC, "done_us": 30 * SEC}
+    assert drain_figures(drain, 20 * SEC, 200_000) == {
+        "drained": True,
+        "first_s": 1.0,
+        "drain_s": 10.0,
+        "records_per_s": 20_000.0,
+    }
+    assert drain_figures({"first_us": 21 * SEC}, 20 * SEC, 200_000)["drained"] is False
+
+
+def _run(system: str, without_p99: float, with_p99: float, **extra: Any) -> dict[str, Any]:
+    run: dict[str, Any] = {
+        "system": system,
+        "latency_without": {"p50_ms": 2.0, "p99_ms": without_p99, "count": 100},
+        "latency_with": {"p50_ms": 3.0, "p99_ms": with_p99, "count": 50},
+        "drain": {"drain_s": 10.0, "drained": True},
+        **extra,
+    }
+    run.update(window_ratios(run))
+    run["mode"] = mode_of(run)
+    return run
+
+
+def test_the_summary_averages_repeats_per_mode_and_compares_strait_with_each_mm2_profile() -> None:
+    runs = [
+        _run("strait", 10.0, 15.0),
+        _run("strait", 20.0, 25.0),
+        _run("mm2", 50.0, 200.0),
+        _run("mm2", 40.0, 60.0, mm2_profile="tuned"),
+        {"system": "mm2", "mode": "mm2", "error": "RuntimeError: boom"},  # a failed run counts nowhere
+    ]
+    summary = isolation_summary(runs)
+    by = {row["mode"]: row for row in summary["systems"]}
+    assert set(by) == {"strait", "mm2", "mm2 tuned"}
+    assert by["strait"]["runs"] == 2 and by["strait"]["without_p99_ms"] == 15.0 and by["strait"]["with_p99_ms"] == 20.0
+    assert by["strait"]["ratio_p99"] == pytest.approx(1.333, abs=1e-3) and by["strait"]["meets_goal"] is True
+    assert by["strait"]["run_ratios_p99"] == [1.5, 1.25]
+    assert by["mm2"]["ratio_p99"] == 4.0 and by["mm2"]["meets_goal"] is False
+    versus = {(v["strait"], v["mm2"]): v for v in summary["versus"]}
+    assert set(versus) == {("strait", "mm2"), ("strait", "mm2 tuned")}
+    assert versus[("strait", "mm2")]["with_p99"] == 0.1
+    assert versus[("strait", "mm2")]["ratio_p99"] == pytest.approx(1.333 / 4.0, abs=1e-3)
+
+
+def test_a_busy_machine_is_refused_unless_no_threshold_is_set() -> None:
+    assert check_quiet(1.0, [0.4, 0.9, 1.5]) == [0.4, 0.9, 1.5]
+    with pytest.raises(MachineBusy, match=r"load average 3\.2 "):
+        check_quiet(1.0, [3.2, 1.0, 1.0])
+    assert check_quiet(None, [30.0, 1.0, 1.0])[0] == 30.0
+
+
+def test_the_report_has_the_section_the_summary_line_and_the_load() -> None:
+    runs = [
+        _run("strait", 10.0, 15.0, load={"min_1m": 0.3, "max_1m": 0.8}),
+        _run("mm2", 50.0, 200.0, load={"min_1m": 0.4, "max_1m": 0.9}),
+    ]
+    doc = {
+        "scenario": "isolation",
+        "params": {"rate": 1000, "backlog": 2_000_000, "partitions": 8, "backlog_partitions": 8, "size": 100},
+        "goal_p99_ratio": 2.0,
+        "runs": runs,
+        "summary": isolation_summary(runs),
+    }
+    text = report.render_markdown({"isolation": doc})
+    assert "## Fetch isolation: realtime latency while a backlog drains" in text
+    assert "- **Fetch isolation**" in text and "Strait 10.0 → 15.0 ms (1.50x)" in text
+    assert "| Strait | 1 | 2.0 | 10.0 | 3.0 | 15.0 | 1.50 | 1.50 | 100 / 50 | 10.0 |" in text
+    assert "| MM2 | 1 | 50.0 | 200.0 | 1.50 | 4.00 | 10.0 | — |" in text
+    assert "0.3 to 0.8" in text and "| met (these runs) |" in text
+    assert "isolation" not in text.split("## Not yet measured")[-1]
