@@ -6,14 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaException
 
 from strait.bench import report
 from strait.bench.machine import MachineBusy, check_quiet
+from strait.bench.reader import Arrivals
+from strait.bench.scenarios.harness import DestinationCount
 from strait.bench.scenarios.isolation import (
     drain_figures,
     isolation_summary,
     mode_of,
+    realtime_sends,
     split_windows,
+    watch_drain,
     window_ratios,
 )
 
@@ -32,6 +37,41 @@ def test_records_are_counted_in_the_window_their_send_time_falls_in() -> None:
     ]
     split = split_windows(sends, measure_from_us=10 * SEC, commit_us=20 * SEC, drained_us=30 * SEC)
     assert split == {"without": [2, 3], "with": [5, 6], "after": [7]}
+
+
+def test_only_the_realtime_topic_s_benchmark_records_count_probes_and_foreign_values_left_out() -> None:
+    arrivals = Arrivals()
+    rt, other = arrivals.topic_index("rt"), arrivals.topic_index("backlog")
+    arrivals.add(rt, 0, 0, 0, 100, 150)  # the probe (sequence 0)
+    arrivals.add(rt, 0, 0, 1, 200, 230)
+    arrivals.add(rt, 1, -1, 0, 0, 300)  # not a benchmark record
+    arrivals.add(other, 0, 0, 5, 200, 900)
+    assert realtime_sends(arrivals, "rt") == [(200, 30)]
+
+
+class _Counts(DestinationCount):
+    """A destination count that answers from a list (one answer per poll; an exception is raised)."""
+
+    def __init__(self, answers: list[int | Exception]) -> None:
+        self.answers = answers
+
+    def count(self) -> int:
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_the_drain_is_timed_from_the_first_new_record_to_the_last() -> None:
+    counter = _Counts([8, 8, KafkaException("slow metadata"), 500, 1008])
+    drain = watch_drain(counter, target=1008, already=8, timeout_s=60)
+    assert drain["first_us"] < drain["done_us"] and drain["seen"] == 1008
+    assert drain["timeline"][-1][1] == 1008
+
+
+def test_a_drain_that_never_ends_stops_at_its_timeout_without_a_done_time() -> None:
+    drain = watch_drain(_Counts([8]), target=1008, already=8, timeout_s=0.3)
+    assert "done_us" not in drain and "first_us" not in drain and drain["seen"] == 8
 
 
 def test_the_ratio_is_with_over_without_and_absent_when_a_window_is_empty() -> None:

@@ -209,12 +209,16 @@ def _measure(bench: Bench, session: Live, shape: Shape, realtime: str, lagging: 
     agent.stop_producer(session.producers[0])
     arrivals, windows = session.finish(drain_s=60)
     started_us, ended_us = windows[0]
+    measure_from_us = started_us + int(shape.warmup_s * SEC)
+    drained_us = drain.get("done_us") or drain["last_us"]
     split = split_windows(
-        realtime_sends(arrivals, realtime),
-        measure_from_us=started_us + int(shape.warmup_s * SEC),
-        commit_us=commit_us,
-        drained_us=drain.get("done_us") or drain["last_us"],
+        realtime_sends(arrivals, realtime), measure_from_us=measure_from_us, commit_us=commit_us, drained_us=drained_us
     )
+    result["windows_s"] = {
+        "without": round((commit_us - _EDGE_US - measure_from_us) / SEC, 2),
+        "with": round((drained_us - commit_us) / SEC, 2),
+        "after": round((ended_us - drained_us) / SEC, 2),
+    }
     for name in WINDOWS:
         result[f"latency_{name}"] = {k: round(v, 3) for k, v in latency_summary(split[name]).items()}
     result.update(window_ratios(result))
