@@ -59,8 +59,11 @@ def balance_leaders(ws: Workspace) -> None:
             # The follower with the fewest leaders that may lead (a leader swap may not push a
             # broker's traffic out of its band), if it has fewer than this broker by two or more.
             best = None
-            for c, x in sorted((count[x], x) for x in ws.replicas[pidx][1:] if x in brokers_set):
-                if c >= count[b_max] - 1:
+            ceiling = count[b_max] - 1
+            followers = [(count[x], x) for x in ws.replicas[pidx][1:] if x in brokers_set]
+            followers.sort()
+            for c, x in followers:
+                if c >= ceiling:
                     break
                 if loads is None or loads.allows_lead(pidx, b_max, x):
                     best = x
@@ -118,7 +121,7 @@ def balance_leader_traffic(ws: Workspace) -> None:
     band_hi = loads.bands["net_out"][1]
     goal = ws.goals.traffic_threshold * loads.mean("leader_in")
     ranked = Ranking(loads.leader_in, loads.kept)
-    leader_in, net_out, write = loads.leader_in, loads.net_out, loads.write
+    leader_in, net_out, write, outs = loads.leader_in, loads.net_out, loads.write, loads.outs
     for _ in range(4 * len(loads.hot) + 16):
         if len(ranked) < 2:
             break
@@ -135,25 +138,34 @@ def balance_leader_traffic(ws: Workspace) -> None:
                 if f in kept:
                     followed.setdefault(f, []).append(p)
         followers = sorted(followed, key=lambda f: (leader_in[f], f))
+        hot_in, hot_out = leader_in[hot], net_out[hot]
         for rank, f in enumerate(followers):
-            if leader_in[f] >= leader_in[hot] - _EPSILON:
+            if leader_in[f] >= hot_in - _EPSILON:
                 break
-            half = (leader_in[hot] - leader_in[f]) / 2
+            half = (hot_in - leader_in[f]) / 2
+            most_handed = 2 * half * (1 - GAIN)
+            f_out = net_out[f]
             back = led.back(f, hot) if rank < 3 else []
             handing = count[hot] - 1 >= least and count[f] + 1 <= most
             for pidx in followed[f]:
                 w = write[pidx]
-                options = [(0.0, -1)] if handing else []
                 if back:
-                    # The one to take back that leaves the two closest: weight near w - half.
+                    # The one to take back that leaves the two closest: weight near w - half
+                    # (the entries just below and at that weight; order does not matter below).
                     i = bisect_left(back, (w - half, -1))
-                    options.extend(back[j] for j in (i - 1, i) if 0 <= j < len(back))
+                    options = back[max(i - 1, 0) : i + 1]
+                    if handing:
+                        options.append((0.0, -1))
+                elif handing:
+                    options = [(0.0, -1)]
+                else:
+                    continue
                 for wq, qidx in options:
                     d = w - wq
-                    if d <= _EPSILON or d > 2 * half * (1 - GAIN):
+                    if d <= _EPSILON or d > most_handed:
                         continue
-                    o = loads.out(pidx) - (loads.out(qidx) if qidx >= 0 else 0.0)
-                    if net_out[f] + o > hi_out or net_out[hot] - o > hi_out:
+                    o = outs[pidx] - (outs[qidx] if qidx >= 0 else 0.0)
+                    if f_out + o > hi_out or hot_out - o > hi_out:
                         continue
                     score = abs(d - half)
                     if best is None or (score, f, pidx, qidx) < best:

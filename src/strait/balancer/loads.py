@@ -34,6 +34,9 @@ class Loads:
         rates = [traffic.rates.get(k) for k in ws.keys]
         self.write = [0.0 if r is None else r.bytes_in for r in rates]
         self.read = [0.0 if r is None else r.bytes_read for r in rates]
+        # What each partition's leader sends (`out`): a move keeps a partition's replica count,
+        # so this holds for the whole run.
+        self.outs = [w * (len(reps) - 1) + r for w, r, reps in zip(self.write, self.read, ws.replicas, strict=True)]
         self.hot = [pidx for pidx, w in enumerate(self.write) if w > 0 or self.read[pidx] > 0]
         self.kept = [b for b in ws.model.brokers if b not in ws.excluded]
         self.kept_set = frozenset(self.kept)
@@ -62,7 +65,7 @@ class Loads:
 
     def out(self, pidx: int) -> float:
         """What the leader of `pidx` sends: its writes to every follower, and what consumers read."""
-        return self.write[pidx] * (len(self.ws.replicas[pidx]) - 1) + self.read[pidx]
+        return self.outs[pidx]
 
     def by_resource(self) -> dict[str, dict[int, float]]:
         return self.resources
@@ -255,15 +258,24 @@ def _step(ws: Workspace, loads: Loads, hot: int, cold: int, disk_lo: float, disk
 
 
 def _closest(ws: Workspace, on: list[tuple[float, int]], hot: int, cold: int, gap: float, limit: int = 64) -> list[int]:
-    """Up to `limit` of `hot`'s written partitions (`on`, sorted by rate) written at less than 90%
-    of `gap` and without a replica on `cold`: rates closest to half the gap first, followers
-    before leaders between equals."""
+    """Of the `limit` of `hot`'s written partitions (`on`, sorted by rate) written at less than
+    90% of `gap`, without a replica on `cold` and with rates closest to half the gap, those the
+    rack rule lets move to `cold`: closest first, followers before leaders between equals.
+
+    The rack rule is checked here, inline, because it refuses most of them when `cold` is in
+    another rack than `hot` (partitions spread over every rack): the step's other checks then
+    run only for partitions that may move at all.
+    """
     half = gap / 2
     below = bisect_left(on, (half, -1)) - 1
     above = below + 1
     end = bisect_left(on, (gap * (1 - GAIN), -1))
+    racks = ws.rack_by_id
+    rack = racks[cold]
+    rack_count = ws.rack_count
     found: list[tuple[float, bool, int]] = []
-    while len(found) < limit and (below >= 0 or above < end):
+    seen = 0
+    while seen < limit and (below >= 0 or above < end):
         take_below = above >= end or (below >= 0 and half - on[below][0] <= on[above][0] - half)
         w, pidx = on[below] if take_below else on[above]
         if take_below:
@@ -272,6 +284,12 @@ def _closest(ws: Workspace, on: list[tuple[float, int]], hot: int, cold: int, ga
             above += 1
         reps = ws.replicas[pidx]
         if w > 0 and cold not in reps:
-            found.append((abs(w - half), reps[0] == hot, pidx))
+            seen += 1
+            same = 1  # `cold`'s own replica, once moved
+            for b in reps:
+                if b != hot and racks[b] == rack:
+                    same += 1
+            if same <= -(-len(reps) // rack_count):
+                found.append((abs(w - half), reps[0] == hot, pidx))
     found.sort()
     return [pidx for _, _, pidx in found]
