@@ -61,3 +61,18 @@ def test_a_deleted_destination_topic_fails_its_partition() -> None:
     run(pipeline, lambda: state.error is not None, steps=2000)
     assert state.error is not None and "destination t/0 does not exist" in state.error, state.error
     assert not state.fetching and state.checkpoint == 12
+
+
+def test_a_refused_write_waits_says_who_refused_and_copies_once_allowed() -> None:
+    # As record mode does: the partition waits (ACCESS_RETRY_S) and names the refusal in its
+    # state, then resends from its checkpoint; before, batch mode rewound at once, unexplained.
+    logs = {("t", 0): source_log(6)}
+    pipeline, src, dst = setup(logs)
+    state = start(pipeline, "t", 0)
+    dst.faults = [29, 29]  # TOPIC_AUTHORIZATION_FAILED (an ACL denies the write), then allowed again
+    run(pipeline, lambda: state.waiting is not None, steps=400)
+    assert "no ACL allows this on the topic t (TOPIC_AUTHORIZATION_FAILED)" in state.waiting
+    assert state.error is None and state.checkpoint == 0
+    run(pipeline, lambda: state.checkpoint == src.end(("t", 0)), steps=4000)
+    assert state.waiting is None and state.rewinds >= 1
+    assert dst.payloads(("t", 0)) == payloads(logs[("t", 0)])

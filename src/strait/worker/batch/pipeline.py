@@ -28,6 +28,9 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from confluent_kafka import KafkaError
+
+from strait.access_errors import authorization_message
 from strait.worker.batch.identities import Identities
 from strait.worker.batch.leaders import LeaderCache
 from strait.worker.batch.link import Key, Links, fetched_partitions, produced_partitions
@@ -349,7 +352,10 @@ class BatchPipeline(PipelineLoop):
         elif code == UNKNOWN_TOPIC_OR_PARTITION:
             self._fail(part, "source: UNKNOWN_TOPIC_OR_PARTITION")
         elif code in AUTHORIZATION_FAILED:
-            state.waiting = f"source refused us: error {code}"
+            reason = refusal(self._source_props, code, part.source[0]) or f"source refused us: error {code}"
+            if state.waiting != reason:
+                log.error("partition %s: %s; trying again every %.0fs", state.task, reason, ACCESS_RETRY_S)
+            state.waiting = reason
             part.wait_until = now + ACCESS_RETRY_S
         else:
             if code in LEADER_CHANGED:
@@ -464,6 +470,8 @@ class BatchPipeline(PipelineLoop):
             self._fail(
                 part, f"destination {part.destination[0]}/{part.destination[1]} does not exist (deleted?): {error}"
             )
+        elif (denied := refusal(self._destination_props, error, part.destination[0])) is not None:
+            self._wait_for_access(part, denied, now)
         elif not part.rewind_due:  # the batches sent after it fail too: said once
             log.warning(
                 "%s: batch at %d failed (%s); resending from the checkpoint", part.state.task, sent.first_offset, error
@@ -471,7 +479,24 @@ class BatchPipeline(PipelineLoop):
             part.rewind_due = True
             part.wait_until = now + REWIND_BACKOFF_S
 
+    def _wait_for_access(self, part: BatchPartition, reason: str, now: float) -> None:
+        """The destination refused us (an ACL): resend from the checkpoint every ACCESS_RETRY_S
+        (an operator can fix it), as record mode does; the first acknowledgement clears it."""
+        state = part.state
+        if state.waiting != reason:
+            log.error("partition %s: %s; trying again every %.0fs", state.task, reason, ACCESS_RETRY_S)
+        state.waiting = reason
+        part.rewind_due = True
+        part.wait_until = now + ACCESS_RETRY_S
+
     def _rewind(self, part: BatchPartition) -> None:
         position = part.rewind()
         log.info("%s: rewound to %d under a new producer id", part.state.task, position)
         self._identities.ask(part)
+
+
+def refusal(props: Mapping[str, Any], error: int | str, resource: str) -> str | None:
+    """Who refused what, said as record mode says it (strait.access_errors), for a broker's error
+    code or kafka-python's name of it; None when the error is no authorization failure."""
+    code = getattr(KafkaError, error, None) if isinstance(error, str) and error.isupper() else error
+    return authorization_message(props, KafkaError(code), resource) if isinstance(code, int) else None
