@@ -3,13 +3,17 @@ generated clusters (the hard rules hold, every load spread narrows or stays in i
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from strait.balancer import operations
 from strait.balancer.goals import Goals, eligible_dirs, leader_counts, spread
 from strait.balancer.invariants import traffic_violations, violations
+from strait.balancer.loads import _RackRoom, attach
 from strait.balancer.model import Broker, ClusterModel, LogDir, Partition
 from strait.balancer.plan import apply
+from strait.balancer.planner import Workspace
 from strait.balancer.synthetic import Shape, generate
 from strait.balancer.synthetic import traffic as synthetic_traffic
 from strait.balancer.traffic import (
@@ -175,3 +179,40 @@ def test_drain_with_traffic_still_empties_the_broker(seed: int) -> None:
 def test_without_traffic_plans_are_unchanged() -> None:
     model = generate(SHAPES["skewed-racks"], 3)
     assert operations.rebalance(model, GOALS).moves == operations.rebalance(model, GOALS, traffic=Traffic({})).moves
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_network_in_phase_rack_counts_stay_exact_through_moves(seed: int) -> None:
+    """The counts that let the network-in phase skip a rack (`loads._RackRoom`), kept up to date
+    move by move, equal counts made afresh; and a rack they say is closed refuses every replica."""
+    model = generate(Shape(brokers=9, dirs_per_broker=2, partitions=400, racks=3, rack_violations=0.3), seed)
+    ws = Workspace(model, GOALS)
+    loads = attach(ws, synthetic_traffic(model, seed, active=0.6))
+    assert loads is not None
+    room = _RackRoom(ws, loads)
+    brokers = sorted(model.brokers)
+    for b in brokers:
+        room.any_to(b, 0)  # every row made now, so every move updates them
+    rng = random.Random(seed)
+    moved = 0
+    for _ in range(3000):
+        pidx = rng.randrange(len(ws.replicas))
+        hot, cold = rng.choice(ws.replicas[pidx]), rng.choice(brokers)
+        target = next((d for d in ws.broker_disks[cold] if ws.fits(pidx, d)), None)
+        if target is None or not ws.may_join(pidx, hot, cold):
+            continue
+        room.change(pidx, -1)
+        ws.move(pidx, hot, target)
+        room.change(pidx, 1)
+        moved += 1
+    fresh = _RackRoom(ws, loads)
+    for b in brokers:
+        for r in range(ws.rack_count):
+            assert room.any_to(b, r) == fresh.any_to(b, r)
+        assert room.rows[b] == fresh.rows[b]
+        for r in range(ws.rack_count):
+            if not room.any_to(b, r):
+                others = [c for c in brokers if ws.rack_by_id[c] == r]
+                for _w, pidx in loads.on_broker[b]:
+                    assert not any(c not in ws.replicas[pidx] and ws.may_join(pidx, b, c) for c in others)
+    assert moved > 100

@@ -203,6 +203,7 @@ def balance_net_in(ws: Workspace, warnings: list[str]) -> None:
     disk_lo = min(bottom, top - ws.goals.threshold) - _EPSILON
     goal = ws.goals.traffic_threshold * loads.mean("net_in")
     ranked = Ranking(loads.net_in, loads.kept)
+    room = _RackRoom(ws, loads)
     for _ in range(4 * len(loads.hot) + 16):
         if len(ranked) < 2:
             break
@@ -217,8 +218,10 @@ def balance_net_in(ws: Workspace, warnings: list[str]) -> None:
         coolest = list(dict.fromkeys([*ranked.first(min(4, len(ranked) - 1)), *local]))
         coolest.sort(key=lambda b: (loads.net_in[b], b))
         for cold in coolest:
+            if not room.any_to(hot, ws.rack_by_id[cold]):
+                continue  # the rack rule lets none of `hot`'s written replicas into that rack
             was_hot, was_cold = loads.net_in[hot], loads.net_in[cold]
-            if _step(ws, loads, hot, cold, disk_lo, disk_hi):
+            if _step(ws, loads, room, hot, cold, disk_lo, disk_hi):
                 ranked.moved(hot, was_hot)
                 ranked.moved(cold, was_cold)
                 break
@@ -233,7 +236,7 @@ def balance_net_in(ws: Workspace, warnings: list[str]) -> None:
         )
 
 
-def _step(ws: Workspace, loads: Loads, hot: int, cold: int, disk_lo: float, disk_hi: float) -> bool:
+def _step(ws: Workspace, loads: Loads, room: _RackRoom, hot: int, cold: int, disk_lo: float, disk_hi: float) -> bool:
     gap = loads.net_in[hot] - loads.net_in[cold]
     if gap <= _EPSILON:
         return False
@@ -252,9 +255,58 @@ def _step(ws: Workspace, loads: Loads, hot: int, cold: int, disk_lo: float, disk
             cap = ws.disk_cap[d]
             if cap <= 0 or (ws.disk_used[d] + size) / cap > disk_hi or not ws.fits(pidx, d):
                 continue
+            room.change(pidx, -1)
             ws.move(pidx, hot, d)
+            room.change(pidx, 1)
             return True
     return False
+
+
+class _RackRoom:
+    """Per broker and rack, how many of the broker's written replicas the rack rule would let
+    move to a broker of that rack: with partitions spread over every rack (the common case), a
+    cooler broker in another rack than the hot one can take none of them, and is skipped
+    without a search. A broker's counts are made the first time it is asked about and kept up
+    to date through `change`, around each move of the network-in phase (the only moves while
+    it is used)."""
+
+    def __init__(self, ws: Workspace, loads: Loads) -> None:
+        self.ws, self.loads = ws, loads
+        self.rows: dict[int, list[int]] = {}
+
+    def _open(self, pidx: int) -> list[bool]:
+        """Per rack, whether a replica of `pidx` from another rack may join it."""
+        ws = self.ws
+        reps, racks = ws.replicas[pidx], ws.rack_by_id
+        counts = [0] * ws.rack_count
+        for b in reps:
+            counts[racks[b]] += 1
+        most = -(-len(reps) // ws.rack_count)
+        return [c < most for c in counts]
+
+    def any_to(self, broker: int, rack: int) -> bool:
+        """Whether some written replica on `broker` may move to a broker of `rack` (another rack)."""
+        if self.ws.rack_by_id[broker] == rack:
+            return True  # within a rack the rule depends on the partition; not counted
+        row = self.rows.get(broker)
+        if row is None:
+            row = self.rows[broker] = [0] * self.ws.rack_count
+            for _, pidx in self.loads.on_broker.get(broker, ()):
+                for r, ok in enumerate(self._open(pidx)):
+                    row[r] += ok
+        return row[rack] > 0
+
+    def change(self, pidx: int, sign: int) -> None:
+        """Take `pidx`'s replicas out of the counts (-1, before it moves) or back in (1, after)."""
+        if not self.rows or self.loads.write[pidx] <= 0:
+            return
+        opened = None
+        for b in self.ws.replicas[pidx]:
+            row = self.rows.get(b)
+            if row is not None:
+                opened = opened or self._open(pidx)
+                for r, ok in enumerate(opened):
+                    row[r] += sign * ok
 
 
 def _closest(ws: Workspace, on: list[tuple[float, int]], hot: int, cold: int, gap: float, limit: int = 64) -> list[int]:
