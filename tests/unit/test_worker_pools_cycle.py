@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
+
+import pytest
 
 from strait.config import parse_config
 from strait.controller.loop import Controller
@@ -132,3 +135,31 @@ def test_pools_in_the_configuration() -> None:
         parse_config({**base, "routes": [{"name": "r", "source": "src", "destination": "dst", "pools": []}]}, {})
     with pytest.raises(ConfigError, match="invalid pool name"):
         parse_config({**base, "routes": [{"name": "r", "source": "src", "destination": "dst", "pools": ["a b"]}]}, {})
+
+
+def test_waiting_for_the_first_worker_is_a_note_then_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """Right after a start no worker has registered yet: partitions wait, said at INFO. Once the
+    grace is over with still no worker, or once workers exist but none of the route's pools, it is
+    a WARNING (said once per change, not every cycle)."""
+    store = MemoryStore()
+    clock = Clock()
+    controller = _controller(store, clock)
+    _add(store, "bulk", "logs", 2)
+    with caplog.at_level(logging.INFO, logger="strait.controller.loop"):
+        _settle(store, controller)
+        said = [(r.levelno, r.getMessage()) for r in caplog.records if "wait" in r.getMessage()]
+        assert said == [(logging.INFO, "route bulk: 2 partitions wait for the first worker to register")]
+        caplog.clear()
+        clock.now += 31
+        _settle(store, controller)
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "wait" in r.getMessage()]
+        assert warned == ["route bulk: no live worker in its pools (any): 2 partitions wait"]
+    store2, clock2 = MemoryStore(), Clock()
+    fresh = _controller(store2, clock2)
+    store2.join("d1", pool="default")
+    _add(store2, "gold", "orders", 1)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="strait.controller.loop"):
+        _settle(store2, fresh)  # a worker exists, only not of gold's pool: a warning at once
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "wait" in r.getMessage()]
+    assert warned == ["route gold: no live worker in its pools (vip): 1 partitions wait"]

@@ -30,6 +30,9 @@ from strait.metrics.observatory import Steering
 
 log = logging.getLogger(__name__)
 
+# How long after a controller starts that no worker at all is only noted (workers start beside it).
+_FIRST_WORKER_GRACE_S = 30.0
+
 # While a partition waits for its old owner to release it, look again this often.
 _HANDOVER_POLL_S = 0.2
 _STANDBY_POLL_S = 1.0
@@ -56,6 +59,9 @@ class Controller:
         self._route_pools = {r.name: frozenset(r.pools) if r.pools else None for r in config.routes}
         # The partitions of the last cycle that no live worker of their route's pools could take.
         self.stranded: dict[PartitionKey, frozenset[str]] = {}
+        # What was last said about them: the routes, and whether it was the start-up note.
+        self._stranded_said: tuple[tuple[str, ...], bool] = ((), False)
+        self._started_at = clock()
         self._steering = steering
         self.store = store
         self.metadata = metadata
@@ -208,7 +214,7 @@ class Controller:
             current[key] = written.get(key) or self._targets.get(key) or holder.get(key)
         placement: Placement[PartitionKey] = assign_pools(self._rates.rates(partitions), pools, current, self.pools_of)
         desired = placement.owners
-        self._report_stranded(placement.stranded)
+        self._report_stranded(placement.stranded, len(live))
         problems = pool_violations(partitions, pools, current, desired, self.pools_of)
         if problems:
             log.error("assignment invariants violated (writing anyway): %s", "; ".join(problems))
@@ -267,11 +273,18 @@ class Controller:
                 self.wake()  # lost a race: decide again from a fresh snapshot
         return parked > 0 or any(owner is None for owner in plan.values())
 
-    def _report_stranded(self, stranded: dict[PartitionKey, frozenset[str]]) -> None:
-        routes = sorted({k.route for k in stranded})
-        if routes != sorted({k.route for k in self.stranded}):
+    def _report_stranded(self, stranded: dict[PartitionKey, frozenset[str]], live: int) -> None:
+        routes = tuple(sorted({k.route for k in stranded}))
+        # Right after a start, before any worker has registered, waiting is expected: a note, not
+        # a warning. It becomes one once workers exist (their pools do not fit) or the grace ends.
+        starting = live == 0 and self._clock() - self._started_at < _FIRST_WORKER_GRACE_S
+        if (routes, starting) != self._stranded_said:
             for route in routes:
                 pools = ", ".join(sorted(self._route_pools.get(route) or ())) or "any"
                 count = sum(1 for k in stranded if k.route == route)
-                log.warning("route %s: no live worker in its pools (%s): %d partitions wait", route, pools, count)
+                if starting:
+                    log.info("route %s: %d partitions wait for the first worker to register", route, count)
+                else:
+                    log.warning("route %s: no live worker in its pools (%s): %d partitions wait", route, pools, count)
+        self._stranded_said = (routes, starting)
         self.stranded = stranded
