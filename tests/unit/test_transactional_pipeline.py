@@ -374,11 +374,22 @@ class MapTxnProducer(ScriptedProducer):
         self.open_copies: dict[int, int] = {}  # destination offset -> source offset
         self.committed_copies: dict[int, int] = {}
 
-    def produce(self, topic: str, value: bytes, key: bytes, *, partition: int, on_delivery: Any, **_: Any) -> None:
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes,
+        partition: int = -1,
+        on_delivery: Any = None,
+        callback: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
+        """confluent-kafka's positional order, as the copy loop's fast path calls it."""
         if topic == map_topic("r"):
             self.map_pending.append((value, on_delivery))
         else:
-            super().produce(topic, value, key, partition=partition, on_delivery=on_delivery)
+            super().produce(topic, value, key, partition, on_delivery, callback, timestamp, headers)
 
     def ack(self, count: int | None = None) -> None:
         start, seen = self.log_end.get(0, 0), len(self.destination.get(0, []))

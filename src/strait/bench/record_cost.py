@@ -8,6 +8,10 @@ reports and a :class:`~strait.metrics.stages.RouteObserver`. The loop runs on th
 own threads and the mock brokers excluded). Repeated ``--repeats`` times; the best run is the one
 least disturbed by other work on the machine, and the load average is printed next to it.
 
+``--delivery exactly-once`` copies with a :class:`~strait.worker.transactional.TransactionalPipeline`
+instead (the mock cluster has a transaction coordinator and group coordinator): records and
+checkpoints in transactions of ``--transaction-ms``, the loop's commits included in its CPU.
+
 To compare with another version of the code, run this file with ``PYTHONPATH`` pointing at that
 version's ``src`` (the pipeline's constructor and ``_step`` are all it uses).
 """
@@ -57,18 +61,32 @@ def load(bootstrap: str, records: int, size: int, compression: str) -> None:
     producer.close()
 
 
-def copy_once(bootstrap: str, records: int, group: str) -> dict[str, float]:
+def copy_once(
+    bootstrap: str, records: int, group: str, delivery: str = "at-least-once", transaction_ms: int = 100
+) -> dict[str, float]:
     """Copy the whole source topic once; wall and loop-thread CPU time."""
     props = {"bootstrap.servers": bootstrap, "log_level": 3}
-    pipeline = RecordPipeline(
-        name="catchup",
-        source=props,
-        destination=props,
-        group_id=group,
-        client_id=group,
-        settings=CATCHUP_SETTINGS,
-        observer=RouteObserver("cost"),
-    )
+    common: dict[str, Any] = {
+        "name": "catchup",
+        "source": props,
+        "destination": props,
+        "group_id": group,
+        "client_id": group,
+        "settings": CATCHUP_SETTINGS,
+        "observer": RouteObserver("cost"),
+    }
+    pipeline: RecordPipeline
+    if delivery == "exactly-once":
+        from strait.worker.transactional import TransactionalPipeline
+
+        pipeline = TransactionalPipeline(
+            transactional_id=lambda name: f"strait.{group}.{name}",
+            checkpoint_group=f"strait.{group}",
+            transaction_interval_s=transaction_ms / 1000,
+            **common,
+        )
+    else:
+        pipeline = RecordPipeline(**common)
     state = PartitionState(PartitionTask("cost", SOURCE, 0, DESTINATION))
     pipeline.add(state, 0)
     # Warm up: the first records wait for metadata, producer ids and the first fetch.
@@ -100,10 +118,14 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--compression", default="none")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--delivery", choices=("at-least-once", "exactly-once"), default="at-least-once")
+    parser.add_argument("--transaction-ms", type=int, default=100, help="exactly-once: transaction interval")
     args = parser.parse_args()
     owner, bootstrap = mock_cluster()
     load(bootstrap, args.records, args.size, args.compression)
-    runs = [copy_once(bootstrap, args.records, f"cost-{n}") for n in range(args.repeats)]
+    runs = [
+        copy_once(bootstrap, args.records, f"cost-{n}", args.delivery, args.transaction_ms) for n in range(args.repeats)
+    ]
     best = min(runs, key=lambda r: r["loop_us_per_record"])
     print(
         json.dumps(
@@ -111,6 +133,7 @@ def main() -> None:
                 "records": args.records,
                 "size": args.size,
                 "compression": args.compression,
+                "delivery": args.delivery,
                 "best": best,
                 "runs": runs,
                 "load_average": [round(x, 2) for x in os.getloadavg()],

@@ -7,7 +7,9 @@ records continue exactly at the partition's next offset (one tracker call and on
 entry per stretch, see :mod:`strait.worker.deliveries`); everything else takes the per-record
 path, which applies the gap rule: a record may leave a gap after the last record sent only
 where the consumer's own stream jumped there; any other gap is a record the loop dropped, and
-rewinds the partition to its checkpoint.
+rewinds the partition to its checkpoint. The exactly-once pipeline takes the tight loop too,
+through two hooks (whether a stretch may go out now, and what it adds to the transaction),
+with each copy stamped with its source offset in the loop itself.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from strait.worker.pipeline import (
     delivery_error_is_permanent,
     describe_error,
 )
+from strait.worker.provenance import HEADER as OFFSET_HEADER
+from strait.worker.provenance import stamp as stamp_offset
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +73,30 @@ class RecordSending:
     def _purge(self, key: Key) -> None:
         raise NotImplementedError
 
+    # Copies carry their source offset in the header ``strait.offset`` (exactly-once routes,
+    # strait.worker.provenance); the fast path stamps it too.
+    _stamp_offsets = False
+    # Set by a subclass whose ``_produce`` and ``_headers`` act on each record once its
+    # ``_stretch_ready`` and ``_stretch_sent`` do the same for a whole stretch (and
+    # ``_stamp_offsets`` stands for its headers): the exactly-once pipeline.
+    _stretch_hooks = False
+
     def _bulk_allowed(self) -> bool:
         """Whether records that need nothing but their produce call may take the fast path: not
-        on active-active routes (origin headers), nor in subclasses that act on each record."""
+        on active-active routes (origin headers), nor in subclasses that act on each record
+        without stretch hooks for it."""
         cls = type(self)
-        return (
-            self._origin is None and cls._produce is RecordSending._produce and cls._headers is RecordSending._headers
+        return self._origin is None and (
+            cls._stretch_hooks or (cls._produce is RecordSending._produce and cls._headers is RecordSending._headers)
         )
+
+    def _stretch_ready(self) -> bool:
+        """Whether a stretch may go out now; when not, the per-record path decides (the
+        exactly-once pipeline opens its transaction there, or holds records back)."""
+        return True
+
+    def _stretch_sent(self, state: PartitionState, messages: list[Any], first: int, count: int) -> None:
+        """``messages[first : first + count]`` went out in one stretch of ``state``'s partition."""
 
     def _produce_backlog(self) -> bool:
         """Produce fetched records in order; True if the producer queue filled up first."""
@@ -103,6 +124,7 @@ class RecordSending:
                 and state.fetching
                 and state.rewind_at is None
                 and run.offsets[index] == tracker.next_offset
+                and self._stretch_ready()
             ):
                 sent, full = self._produce_stretch(run, state, tracker)
                 run.next = index + sent
@@ -123,14 +145,21 @@ class RecordSending:
         expected = tracker.next_offset
         produce = self._producer.produce
         topic, partition = state.task.destination_topic, state.task.partition
+        stamp = self._stamp_offsets
         reports: list[Report] = []
         full = False
         try:
             for index in range(first, len(messages)):
-                if offsets[index] != expected + index - first:
+                offset = offsets[index]
+                if offset != expected + index - first:
                     break
                 message = messages[index]
                 kind, timestamp = message.timestamp()
+                headers = message.headers()
+                if stamp:
+                    # The copy names its source offset (inline: no Python call per record
+                    # when the source record has no headers).
+                    headers = [(OFFSET_HEADER, b"%d" % offset)] if headers is None else stamp_offset(headers, offset)
                 report: Report = {}
                 # All positional (keywords cost a third of the call): topic, value, key,
                 # partition, on_delivery, callback (its alias), timestamp, headers; a unit test
@@ -144,7 +173,7 @@ class RecordSending:
                     report.__setitem__,
                     None,
                     timestamp if kind != TIMESTAMP_NOT_AVAILABLE else 0,
-                    message.headers(),
+                    headers,
                 )
                 reports.append(report)
         except BufferError:
@@ -157,6 +186,7 @@ class RecordSending:
             self._book.add(state, tracker, expected, reports)
             if self._observer is not None:
                 self._observer.queued(self.name, time.monotonic() - self._fetched_at, sent)
+            self._stretch_sent(state, messages, first, sent)
         return sent, full
 
     def _copy_one(self, message: Message, before: int | None) -> bool:

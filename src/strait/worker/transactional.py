@@ -1,7 +1,8 @@
 """The exactly-once pipeline: records and their checkpoints commit or abort together.
 
-Same fetch loop as :class:`strait.worker.fetch.RecordPipeline` (the same backlog, gap rule and
-release protocol), with a transactional producer on the destination. Every
+Same fetch loop as :class:`strait.worker.fetch.RecordPipeline` (the same backlog, gap rule,
+release protocol, fast path of stretches and delivery reports settled in bulk), with a
+transactional producer on the destination and each copy stamped with its source offset. Every
 ``transaction_interval_s`` (or sooner, after ``transaction_max_bytes``, or when a partition is
 released) the open transaction is flushed, the source offsets it covers are added to it with
 ``send_offsets_to_transaction`` (group ``strait.<route>`` on the destination), and it commits:
@@ -15,6 +16,8 @@ once the records are acknowledged and before the commit, so the map never maps a
   ended, or the same worker id started elsewhere) stops the pipeline's partitions for good;
   the producer is re-created (a new epoch) only when a partition is added again, which only
   happens after a fresh assignment.
+
+Aborts, replaced producers and fencing are :mod:`strait.worker.transaction_recovery`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from strait import clients
 from strait.access_errors import explain
@@ -36,27 +39,32 @@ from strait.worker.fetch import Key, RecordPipeline
 from strait.worker.lease import always
 from strait.worker.pipeline import (
     ACCESS_DENIED,
-    ACCESS_RETRY_S,
     PartitionState,
     client_call,
     delivery_error_is_permanent,
     describe_error,
 )
+from strait.worker.transaction_recovery import FATAL_CODES, TRANSACTION_TIMEOUT_S, TransactionRecovery
 from strait.worker.transactional_checkpoints import group_metadata, transaction_offsets
 
 log = logging.getLogger(__name__)
 
-TRANSACTION_TIMEOUT_S = 60.0
+_message_value = Message.value
+_message_key = Message.key
+
 # A transaction call still blocked this long after its own timeout never returns.
 HUNG_AFTER_S = TRANSACTION_TIMEOUT_S + 10.0
-# Retriable transaction errors in a row before the producer is replaced.
-MAX_RETRIES = 5
-# The producer is done for: produce() reports a fatal state as _FATAL without the fatal flag.
-FATAL_CODES = frozenset({KafkaError._FENCED, KafkaError._FATAL, KafkaError.PRODUCER_FENCED})
 
 
-class TransactionalPipeline(RecordPipeline):
+class TransactionalPipeline(RecordPipeline, TransactionRecovery):
     """Copies records inside destination transactions that also carry their checkpoints."""
+
+    # Records that continue a partition's stream take the record pipeline's fast path (one
+    # tracker call and one delivery-book entry per stretch, strait.worker.sending), stamped with
+    # their source offsets; the first record of a transaction, and any record sent while one
+    # is being aborted or committed, take the per-record path (_produce).
+    _stamp_offsets = True
+    _stretch_hooks = True
 
     def __init__(
         self,
@@ -229,6 +237,18 @@ class TransactionalPipeline(RecordPipeline):
         self._in_txn[(state.task.topic, state.task.partition)] = state
         return True
 
+    def _stretch_ready(self) -> bool:
+        # The open transaction takes more records: none while it is to be aborted or was asked
+        # to commit, and the first record of a transaction goes alone (it begins it).
+        return self._txn_open and not self._abort_needed and self._commit_offsets is None
+
+    def _stretch_sent(self, state: PartitionState, messages: list[Any], first: int, count: int) -> None:
+        chosen = messages[first : first + count]
+        self._txn_bytes += sum(map(len, filter(None, map(_message_value, chosen)))) + sum(
+            map(len, filter(None, map(_message_key, chosen)))
+        )
+        self._in_txn[(state.task.topic, state.task.partition)] = state
+
     def _headers(self, message: Message, offset: int) -> Any:
         # The copy names its source offset: a new owner checks its checkpoint against it.
         return provenance.stamp(super()._headers(message, offset), offset)
@@ -368,133 +388,6 @@ class TransactionalPipeline(RecordPipeline):
         if failure is not None:
             self._abort(f"the offset map's runs were not written: {failure}")
         return failure is None
-
-    def _replace_producer(self, reason: str, *, outcome_known: bool) -> None:
-        """Start over with a new producer of the same transactional id.
-
-        Its ``init_transactions`` (next loop turn) fences the old producer and completes its
-        open transaction, so nothing more of it can change. A transaction that was never asked
-        to commit is aborted then: its partitions resume from their last committed checkpoints
-        at once. One that was asked to commit (``outcome_known=False``) may complete either
-        way: its partitions stay held (a release waits) until the new producer is ready, then
-        stop with a ``fenced:`` error, so the worker starts them again from the checkpoints the
-        destination holds, whichever way it went. The old producer stays referenced: a helper
-        thread may still be blocked inside it.
-        """
-        log.error(
-            "pipeline %s: %s; replacing producer %s: %d partition(s) resume from their %scheckpoints",
-            self.name,
-            reason,
-            self._transactional_id,
-            len(self._in_txn),
-            "" if outcome_known else "committed (re-read) ",
-        )
-        self._hung_producers.append(self._producer)
-        self._producer = self._make_producer(self._destination_props)
-        self._initialised = False
-        self._txn_open = False
-        self._abort_needed = False
-        self._commit_offsets = None
-        self._retries = 0
-        self._txn_started = time.monotonic()
-        if not outcome_known:
-            self._unresolved = {**self._unresolved, **self._in_txn}
-            for key, state in self._unresolved.items():
-                if self._states.get(key) is state and state.fetching:
-                    self._purge(key)
-                    self._consumer.pause([state.tp])
-            return
-        for key, state in list(self._in_txn.items()):
-            self._restart_from_durable(key, state)
-        self._in_txn.clear()
-        self._finish_releases()
-
-    def _resolved(self) -> None:
-        """The new producer is ready: the unknown outcome is settled, on the destination."""
-        for key, state in self._unresolved.items():
-            if self._in_txn.get(key) is state:
-                del self._in_txn[key]
-            state.runs.rollback()
-            if state.durable is not None:
-                state.tracker = AckTracker(state.durable)
-            self._fail(state, "fenced: the outcome of a transaction is unknown; restart from the committed checkpoint")
-        self._unresolved = {}
-        self._finish_releases()
-
-    def _abort(self, reason: str) -> None:
-        log.warning("pipeline %s: aborting the transaction (%s); resending from the checkpoints", self.name, reason)
-        self._abort_needed = False
-        if self._txn_open:
-            try:
-                self._producer.abort_transaction(TRANSACTION_TIMEOUT_S)
-            except KafkaException as exc:
-                self._on_transaction_error(exc.args[0], "aborting")
-                return
-        self._txn_open = False
-        self._commit_offsets = None
-        self._retries = 0
-        self._txn_started = time.monotonic()
-        for key, state in list(self._in_txn.items()):
-            self._restart_from_durable(key, state)
-        self._in_txn.clear()
-
-    def _restart_from_durable(self, key: Key, state: PartitionState) -> None:
-        """Forget everything after the last committed checkpoint and fetch from there again."""
-        state.runs.rollback()
-        durable = state.durable if state.durable is not None else (state.tracker.position if state.tracker else 0)
-        state.tracker = AckTracker(durable)
-        state.rewinds += 1
-        state.rewind_at = None
-        if self._states.get(key) is state and state.fetching:
-            if state.waiting is not None:
-                # Refused by the cluster: the loop's rewind seeks to the checkpoint later.
-                self._purge(key)
-                self._consumer.pause([state.tp])
-                state.rewind_at = time.monotonic() + ACCESS_RETRY_S
-                return
-            self._reposition(key, durable)
-            self._consumer.seek(TopicPartition(key[0], key[1], durable))
-            self._consumer.resume([state.tp])
-
-    def _on_transaction_error(self, error: KafkaError, doing: str) -> None:
-        if error.fatal() or error.code() in FATAL_CODES:
-            self._fence(f"{describe_error(error)} while {doing}")
-        elif error.txn_requires_abort():
-            self._abort(f"{describe_error(error)} while {doing}")
-        elif error.retriable() and self._retries < MAX_RETRIES:
-            # The same call is tried again on the next turn: an abort stays an abort, and a
-            # commit whose offsets were sent only asks to commit again.
-            self._retries += 1
-            log.warning("pipeline %s: %s while %s; trying again", self.name, describe_error(error), doing)
-            if doing == "aborting":
-                self._abort_needed = True
-            else:
-                self._commit_soon = True
-        else:
-            # Not retriable (e.g. a call refused in the producer's current state), or retried
-            # in vain: only a new producer settles the transaction. If a commit was asked for,
-            # it may have happened.
-            self._replace_producer(f"{describe_error(error)} while {doing}", outcome_known=doing != "ending")
-
-    def _fence(self, reason: str) -> None:
-        log.error("pipeline %s: producer %s can write no more: %s", self.name, self._transactional_id, reason)
-        self._fenced = reason
-        for state in {*self._states.values(), *self._in_txn.values(), *(s for s, _ in self._draining)}:
-            self._fail(state, f"fenced: {reason}")
-            state.runs.rollback()
-            # The fenced producer's open transaction is aborted: none of its records will ever
-            # be acknowledged, and none is in flight for us any more. A release must not wait
-            # for them (the producer may be replaced before they are reported).
-            tracker = state.tracker
-            durable = state.durable if state.durable is not None else (tracker.position if tracker else None)
-            if durable is not None:
-                state.tracker = AckTracker(durable)
-        self._in_txn.clear()
-        self._unresolved = {}
-        self._commit_offsets = None
-        self._backlog.clear()
-        self._txn_open = False
-        self._finish_releases()
 
     def _flush_on_stop(self, timeout_s: float) -> int:
         if self._fenced is None and self._initialised:
