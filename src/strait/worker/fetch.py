@@ -17,8 +17,8 @@ The produce pass works through the batch a run of one partition at a time
 (:mod:`strait.worker.backlog`): consecutive records that continue exactly where the last record
 sent ended go out in a tight loop and are registered with the partition's tracker together;
 anything else (a gap, a stale record, an error, a refused record) takes the per-record path,
-which also serves subclasses that act on each record (the exactly-once pipeline) and
-active-active routes.
+which also serves active-active routes (the exactly-once pipeline takes the tight loop too,
+through the hooks of :mod:`strait.worker.sending`).
 
 The loop also checks the source stream itself: a record may leave a gap after the previous one
 only when the consumer's own stream jumped (compaction, transaction markers, aborted records);
