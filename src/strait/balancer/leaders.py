@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
+from collections import defaultdict
 
 from strait.balancer.loads import GAIN, Ranking
 from strait.balancer.planner import Workspace
@@ -196,34 +197,39 @@ class _Leadership:
 
     def __init__(self, ws: Workspace, write: list[float], kept: set[int]) -> None:
         self.ws, self.write = ws, write
-        self.count = dict.fromkeys(sorted(kept), 0)
-        self.led: dict[int, set[int]] = {b: set() for b in self.count}
+        self.count = count = dict.fromkeys(sorted(kept), 0)
+        self.led: dict[int, set[int]] = {b: set() for b in count}
+        # leader -> (-write, partition) of the written partitions it leads, heaviest first; made
+        # in the same pass (one sort per leader), kept up to date by `hand`.
+        self._heavy: dict[int, list[tuple[float, int]]] = {b: [] for b in count}
+        led, heavy = self.led, self._heavy
         for pidx, reps in enumerate(ws.replicas):
             if reps and reps[0] in kept:
-                self.count[reps[0]] += 1
+                first = reps[0]
+                count[first] += 1
                 if len(reps) > 1:
-                    self.led[reps[0]].add(pidx)
-        self._heavy: dict[int, list[tuple[float, int]]] = {}  # leader -> (-write, partition), written only
+                    led[first].add(pidx)
+                    if write[pidx] > 0:
+                        heavy[first].append((-write[pidx], pidx))
+        for entries in heavy.values():
+            entries.sort()
         self._with: dict[int, dict[int, list[tuple[float, int]]]] = {}  # leader -> follower -> (write, partition)
 
     def heavy(self, leader: int, k: int) -> list[int]:
         """The `k` most written partitions `leader` leads (ties by partition)."""
-        found = self._heavy.get(leader)
-        if found is None:
-            write = self.write
-            found = self._heavy[leader] = sorted((-write[p], p) for p in self.led[leader] if write[p] > 0)
-        return [p for _, p in found[:k]]
+        return [p for _, p in self._heavy[leader][:k]]
 
     def back(self, leader: int, follower: int) -> list[tuple[float, int]]:
         """(write rate, partition) of the partitions `leader` leads with `follower` among their
         replicas, sorted."""
         index = self._with.get(leader)
         if index is None:
-            index = self._with[leader] = {}
+            index = self._with[leader] = defaultdict(list)
             write, replicas = self.write, self.ws.replicas
             for q in self.led[leader]:
+                entry = (write[q], q)
                 for x in replicas[q][1:]:
-                    index.setdefault(x, []).append((write[q], q))
+                    index[x].append(entry)
             for entries in index.values():
                 entries.sort()
         return index.get(follower, [])

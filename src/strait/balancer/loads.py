@@ -31,7 +31,7 @@ class Loads:
     def __init__(self, ws: Workspace, traffic: Traffic, threshold: float) -> None:
         self.ws = ws
         self.threshold = threshold
-        rates = [traffic.rates.get(k) for k in ws.keys]
+        rates = list(map(traffic.rates.get, ws.keys))
         self.write = [0.0 if r is None else r.bytes_in for r in rates]
         self.read = [0.0 if r is None else r.bytes_read for r in rates]
         # What each partition's leader sends (`out`): a move keeps a partition's replica count,
@@ -48,15 +48,18 @@ class Loads:
         self.net_in = dict.fromkeys(brokers, 0.0)
         self.leader_in = dict.fromkeys(brokers, 0.0)
         self.net_out = dict.fromkeys(brokers, 0.0)
+        net_in, on_broker = self.net_in, self.on_broker
         for pidx in self.hot:
             reps = ws.replicas[pidx]
+            w = self.write[pidx]
+            entry = (w, pidx)
             for b in reps:
-                self.net_in[b] += self.write[pidx]
-                if self.write[pidx] > 0:
-                    self.on_broker[b].append((self.write[pidx], pidx))
+                net_in[b] += w
+                if w > 0:
+                    on_broker[b].append(entry)
             if reps:
-                self.leader_in[reps[0]] += self.write[pidx]
-                self.net_out[reps[0]] += self.out(pidx)
+                self.leader_in[reps[0]] += w
+                self.net_out[reps[0]] += self.outs[pidx]
         for lst in self.on_broker.values():
             lst.sort()
         self.resources = {"net_in": self.net_in, "net_out": self.net_out, "leader_in": self.leader_in}
