@@ -15,13 +15,13 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
 import confluent_kafka
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from strait import access_errors
@@ -138,8 +138,47 @@ def admin(props: ClusterProps, **overrides: Any) -> AdminClient:
     return client
 
 
-# How long a consumer's background lookup of a newly assigned topic may take (see Consumer).
+# How long a background lookup of a topic a client meets for the first time may take.
 _ASSIGNED_TOPIC_LOOKUP_S = 10.0
+
+
+class _TopicLookups:
+    """Metadata lookups of the topics a client meets for the first time, each on a short-lived
+    thread, so the caller (a pipeline's loop) is not held up. ``wait`` is for ``close``: the
+    handle must not be destroyed under a call in progress."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._known: set[str] = set()
+        self._lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+
+    def ask(self, topics: Iterable[str]) -> None:
+        with self._lock:
+            new = sorted(set(topics) - self._known)
+            if not new:
+                return
+            self._known.update(new)
+            self.threads = [t for t in self.threads if t.is_alive()]
+            for topic in new:
+                lookup = threading.Thread(target=self._ask, args=(topic,), name="topic-lookup", daemon=True)
+                self.threads.append(lookup)
+                lookup.start()
+
+    def wait(self) -> None:
+        with self._lock:
+            threads, self.threads = self.threads, []
+        for lookup in threads:
+            lookup.join(_ASSIGNED_TOPIC_LOOKUP_S + 1)
+
+    def _ask(self, topic: str) -> None:
+        started = time.monotonic()
+        try:
+            self._client.list_topics(topic, timeout=_ASSIGNED_TOPIC_LOOKUP_S)
+        except Exception as exc:  # only a head start: librdkafka asks by itself later
+            logging.getLogger(__name__).debug("looking up %s failed: %s", topic, exc)
+            return
+        logging.getLogger(__name__).debug("metadata of new topic %s in %.3fs", topic, time.monotonic() - started)
 
 
 class Consumer(confluent_kafka.Consumer):
@@ -148,46 +187,52 @@ class Consumer(confluent_kafka.Consumer):
     librdkafka (2.16) does not request metadata for a topic it first meets in ``assign`` or
     ``incremental_assign``: its one-second timer finds the topic unknown and asks then, so a
     partition of a newly added topic started fetching up to a second late (0.4 to 1.1 s on the
-    sandbox; about 0.1 s with the lookup). The lookup runs on a short-lived thread, so the caller
-    (a pipeline's loop) is not held up; ``close`` waits for lookups still under way, because the
-    handle must not be destroyed under a call in progress.
+    sandbox; about 0.1 s with the lookup). ``look_up`` starts the lookups earlier still (the
+    copier's thread, while the pipeline's loop has yet to assign); ``close`` waits for lookups
+    still under way.
     """
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
-        self._known_topics: set[str] = set()
-        self._lookups: list[threading.Thread] = []
+        self._lookups = _TopicLookups(self)
+
+    def look_up(self, topics: Iterable[str]) -> None:
+        """Ask for these topics' metadata in the background (once per topic)."""
+        self._lookups.ask(topics)
 
     def assign(self, partitions: Any) -> None:
-        self._look_up(partitions)
+        self._lookups.ask(tp.topic for tp in partitions)
         super().assign(partitions)
 
     def incremental_assign(self, partitions: Any) -> None:
-        self._look_up(partitions)
+        self._lookups.ask(tp.topic for tp in partitions)
         super().incremental_assign(partitions)
 
     def close(self, *args: Any, **kwargs: Any) -> None:
-        for lookup in self._lookups:
-            lookup.join(_ASSIGNED_TOPIC_LOOKUP_S + 1)
-        self._lookups.clear()
+        self._lookups.wait()
         super().close(*args, **kwargs)
 
-    def _look_up(self, partitions: Any) -> None:
-        new = sorted({tp.topic for tp in partitions} - self._known_topics)
-        if not new:
-            return
-        self._known_topics.update(new)
-        self._lookups = [t for t in self._lookups if t.is_alive()]
-        for topic in new:
-            lookup = threading.Thread(target=self._ask, args=(topic,), name="topic-lookup", daemon=True)
-            self._lookups.append(lookup)
-            lookup.start()
 
-    def _ask(self, topic: str) -> None:
-        try:
-            self.list_topics(topic, timeout=_ASSIGNED_TOPIC_LOOKUP_S)
-        except Exception as exc:  # only a head start: librdkafka's own timer still asks later
-            logging.getLogger(__name__).debug("looking up %s failed: %s", topic, exc)
+class Producer(confluent_kafka.Producer):
+    """librdkafka's producer; ``look_up`` asks for a topic's metadata before its first record.
+
+    A first ``produce()`` to a topic the producer does not know waits for a metadata round trip
+    before the record can be sent (the record waits in librdkafka's unassigned queue). A
+    pipeline asks when it is given a partition, so that round trip overlaps the fetch of the
+    partition's first records instead of following it.
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self._lookups = _TopicLookups(self)
+
+    def look_up(self, topics: Iterable[str]) -> None:
+        """Ask for these topics' metadata in the background (once per topic)."""
+        self._lookups.ask(topics)
+
+    def close(self, *args: Any, **kwargs: Any) -> Any:
+        self._lookups.wait()
+        return super().close(*args, **kwargs)
 
 
 def consumer(props: ClusterProps, **overrides: Any) -> Consumer:

@@ -7,7 +7,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from strait.clients import Consumer
+from strait.clients import Consumer, Producer
 
 
 class RecordingConsumer(Consumer):
@@ -29,11 +29,29 @@ def test_a_new_topic_is_looked_up_once_in_the_background_and_close_waits_for_it(
     consumer = RecordingConsumer()
     consumer.incremental_assign([TopicPartition("a", 0, 0), TopicPartition("b", 1, 5)])
     # The lookups are still blocked, yet assign returned: the caller is not held up.
-    assert any(lookup.is_alive() for lookup in consumer._lookups)
+    assert any(lookup.is_alive() for lookup in consumer._lookups.threads)
     consumer.incremental_assign([TopicPartition("a", 1, 0)])  # known by now: not asked again
     consumer.assign([TopicPartition("b", 0, 0), TopicPartition("c", 0, 0)])
-    lookups = list(consumer._lookups)
+    lookups = list(consumer._lookups.threads)
     consumer.release.set()
     consumer.close()
     assert sorted(consumer.asked) == ["a", "b", "c"]
     assert not any(lookup.is_alive() for lookup in lookups)
+
+
+class RecordingProducer(Producer):
+    def __init__(self) -> None:
+        super().__init__({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+        self.asked: list[str] = []
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        self.asked.append(str(topic))
+        return None
+
+
+def test_a_producer_looks_a_topic_up_once_before_its_first_record() -> None:
+    producer = RecordingProducer()
+    producer.look_up(["copy"])
+    producer.look_up(["copy"])
+    producer.close()  # waits for the lookup
+    assert producer.asked == ["copy"]

@@ -110,6 +110,7 @@ class StraitReplicator:
         self._config_path = self._workdir / f"strait-{self._run_id}.yaml"
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._api = ControllerClient(f"http://127.0.0.1:{self._port}", token=self._token, timeout_s=10)
+        self.posted_at: dict[str, float] = {}  # topic -> when add_topics sent its POST (time.time())
 
     @property
     def _marker(self) -> str:
@@ -163,6 +164,7 @@ class StraitReplicator:
     def add_topics(self, topics: Sequence[str]) -> float:
         asked = time.time()
         for topic in topics:
+            self.posted_at[topic] = time.time()  # each topic's own POST (the "after its POST")
             self._api.call("POST", f"/topics/{topic}", json={"start": "earliest"})
         return asked
 

@@ -311,6 +311,7 @@ def add_topics(
     after: float = typer.Option(30.0, help="Seconds of traffic after adding."),
     parallelism: int = typer.Option(1, help="Strait worker processes = MirrorMaker tasks."),
     mm2_refresh: int = typer.Option(5, help="MirrorMaker refresh.topics.interval.seconds."),
+    copy: str = typer.Option("record", "--copy", help="Strait's route copy mode: record or batch."),
     systems: str = _SYSTEMS,
     results_dir: Path = _RESULTS,
     markdown: Path = _MARKDOWN,
@@ -320,6 +321,8 @@ def add_topics(
     """Add ten topics while topic A flows: A's longest gap, each new topic's time to first record."""
     from strait.bench import scenarios
 
+    if copy not in ("record", "batch"):
+        raise typer.BadParameter("--copy takes record or batch", param_hint="--copy")
     _session(
         systems,
         results_dir,
@@ -336,6 +339,7 @@ def add_topics(
                 after_s=after,
                 parallelism=parallelism,
                 mm2_refresh_topics_s=mm2_refresh,
+                copy=None if copy == "record" else copy,
             )
         ],
     )

@@ -30,7 +30,14 @@ from strait.worker.fetch import RecordPipeline
 from strait.worker.lease import always
 from strait.worker.origin import OriginRule
 from strait.worker.pipeline import CATCHUP_SETTINGS, PartitionState, Pipeline, PipelineSettings
-from strait.worker.source_checkpoints import ADMIN_TIMEOUT_S, CheckpointStore, SourceCheckpoints
+from strait.worker.source_checkpoints import (
+    ADMIN_TIMEOUT_S,
+    CheckpointStore,
+    EarlyStarts,
+    SourceCheckpoints,
+    StartOffsets,
+)
+from strait.worker.startup import DESTINATION_READY, HANDED, OFFSETS_READ, mark
 from strait.worker.task import PartitionTask
 
 log = logging.getLogger(__name__)
@@ -190,6 +197,9 @@ class Copier:
         self._checkpoints: CheckpointStore = checkpoints or SourceCheckpoints(
             source=source, group_id=group_id, client_id=client_id
         )
+        # A store whose reads may come early (see SourceCheckpoints.reads_early) reads a new
+        # partition's start offsets while its destination topic is made ready.
+        self._early = EarlyStarts(self._checkpoints) if getattr(self._checkpoints, "reads_early", False) else None
         factory: PipelineFactory = pipeline_factory or RecordPipeline
         common: dict[str, Any] = {
             "source": source,
@@ -271,6 +281,8 @@ class Copier:
                 pair = (task.topic, task.destination_topic)
                 wanted[pair] = max(wanted.get(pair, 0), task.partition + 1)
             self._destinations.prepare(wanted)
+            if self._early is not None:
+                self._early.ask(added)
         self._wake.set()
 
     def revoke(self, tasks: Iterable[PartitionTask], timeout_s: float = 30) -> set[PartitionTask]:
@@ -359,6 +371,8 @@ class Copier:
         with self._lock:
             remaining = [e for e in self._entries.values() if e.phase != "starting"]
         self._commit(remaining, final=True)
+        if self._early is not None:
+            self._early.close()
         self._checkpoints.close()
         if self._offset_map is not None:
             self._offset_map.close()
@@ -451,6 +465,8 @@ class Copier:
                     key, state = (task.topic, task.partition), entry.state
                     records, size, rewinds = self._earlier.get(key, (0, 0, 0))
                     self._earlier[key] = (records + state.records, size + state.bytes, rewinds + state.rewinds)
+                if self._early is not None and entry.phase == "starting":
+                    self._early.forget([task])
                 if entry.state.failed:
                     # The next assignment checks the destination again (it may have been deleted).
                     self._destinations.forget(task.destination_topic)
@@ -463,6 +479,8 @@ class Copier:
             for task, entry in list(self._entries.items()):
                 if entry.revoked in events and entry.phase == "starting":
                     del self._entries[task]
+                    if self._early is not None:
+                        self._early.forget([task])
                     entry.revoked.set()
 
     def _advance_move(self, entry: _Entry, now: float) -> None:
@@ -544,16 +562,16 @@ class Copier:
             if isinstance(outcome, Exception):
                 self._retry_later(group, str(outcome))
                 continue
+            for entry in group:
+                mark(entry.state, DESTINATION_READY)
             ready.extend(group)
-        if not ready:
+        starts = self._read_starts(ready)
+        if not starts:
             return
-        try:
-            starts = self._checkpoints.start_offsets([e.state.task for e in ready])
-        except KafkaException as exc:
-            self._retry_later(ready, f"reading checkpoints: {explain(self._source_props, exc, self.group_id)}")
-            return
+        ready = [e for e in ready if e.state.task in starts]
         fresh: list[_Entry] = []
         for entry in ready:
+            mark(entry.state, OFFSETS_READ)
             start, end, committed, corrected = starts[entry.state.task]
             if corrected and self._observer is not None:
                 self._observer.checkpoint_refused("behind_copied_data")
@@ -604,10 +622,30 @@ class Copier:
                 committed,
                 end,
             )
+            mark(state, HANDED)
             pipeline.add(state, start)
         # A start resolved from "latest" must survive this worker: a later owner resolving
         # "latest" again would skip every record produced in between.
         self._commit([e for e in fresh if e.phase == "running"])
+
+    def _read_starts(self, ready: list[_Entry]) -> dict[PartitionTask, StartOffsets]:
+        """Start offsets of the ready partitions: read early where that read is done; entries
+        whose early read is still under way are looked at again soon, the others read now."""
+        tasks = [e.state.task for e in ready]
+        starts: dict[PartitionTask, StartOffsets] = {}
+        if self._early is not None:
+            starts, pending, tasks = self._early.take(tasks)
+            for entry in ready:
+                if entry.state.task in pending:
+                    entry.next_attempt = time.monotonic() + DESTINATION_CHECK_S
+        if tasks:
+            try:
+                starts.update(self._checkpoints.start_offsets(tasks))
+            except KafkaException as exc:
+                unread = set(tasks)
+                reason = f"reading checkpoints: {explain(self._source_props, exc, self.group_id)}"
+                self._retry_later([e for e in ready if e.state.task in unread], reason)
+        return starts
 
     def _retry_later(self, entries: list[_Entry], reason: str) -> None:
         failures = 1 + max((e.start_failures for e in entries), default=0)

@@ -38,6 +38,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, Message
 from strait.metrics.stages import CopyObserver
 from strait.worker.checkpoint import AckTracker
 from strait.worker.pipeline import PartitionState
+from strait.worker.startup import PRODUCED, finish, mark
 
 # One record in this many is observed for the latency histograms (with this weight).
 SAMPLE_EVERY = 16
@@ -87,6 +88,8 @@ class DeliveryBook:
         with ``on_delivery=report.__setitem__``."""
         if not reports:
             return
+        if state.trace is not None:
+            mark(state, PRODUCED)
         stretches = self._open.get(tracker)
         if stretches is None:
             self._open[tracker] = deque((Stretch(state, tracker, first, reports),))
@@ -160,6 +163,8 @@ class DeliveryBook:
             map(len, filter(None, map(_message_key, messages)))
         )
         state.last_progress = now
+        if state.trace is not None:
+            finish(state, _latency(messages[0]))
         if state.waiting is not None:
             state.waiting = None
         if self._observer is not None:
@@ -186,6 +191,13 @@ class DeliveryBook:
                 weight,
             )
             weight = SAMPLE_EVERY
+
+
+def _latency(message: Any) -> float | None:
+    """librdkafka's produce-to-report time of ``message`` (test doubles may have none)."""
+    latency = getattr(message, "latency", None)
+    value = latency() if callable(latency) else None
+    return value if isinstance(value, float) else None
 
 
 def _size(message: Any) -> int:

@@ -57,6 +57,7 @@ from strait.worker.sending import GAP_RETENTION as GAP_RETENTION
 from strait.worker.sending import GAP_SOURCE as GAP_SOURCE
 from strait.worker.sending import GAP_UNEXPECTED as GAP_UNEXPECTED
 from strait.worker.sending import RecordSending
+from strait.worker.startup import ASSIGNED, FETCHED, mark
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,8 @@ class RecordPipeline(RecordSending, PipelineLoop):
         # positioned at, then one past the last record it handed over.
         self._stream: dict[Key, int] = {}
         self._reset: set[Key] = set()  # the consumer reported an offset reset for these
+        # Partitions added whose first records were not fetched yet (strait.worker.startup).
+        self._first_fetch: dict[Key, PartitionState] = {}
         self._stopping = threading.Event()
         self._closed = False
         self._closing = False  # the pipeline is shutting down (its last flush, then close)
@@ -173,6 +176,12 @@ class RecordPipeline(RecordSending, PipelineLoop):
         """
         if self._begin(state, offset) is not None:
             self._commands.put(partial(self._add_moved if move else self._add, state, offset))
+            # Both clients learn a new topic's metadata now, while the command waits for the
+            # loop: the producer's first record then goes out without a metadata round trip.
+            for client, topic in ((self._consumer, state.task.topic), (self._producer, state.task.destination_topic)):
+                look_up = getattr(client, "look_up", None)  # test doubles have none
+                if look_up is not None:
+                    look_up([topic])
 
     def _add_moved(self, state: PartitionState, offset: int) -> None:
         self._add(state, offset)
@@ -205,7 +214,10 @@ class RecordPipeline(RecordSending, PipelineLoop):
                 self._fetched_at = time.monotonic()
                 if self._observer is not None:
                     self._observer.fetched(self.name, self._fetched_at - asked)
-                self._backlog.extend(runs_of(messages, self._stream))
+                runs = runs_of(messages, self._stream)
+                if self._first_fetch:
+                    self._note_first_fetch(runs)
+                self._backlog.extend(runs)
         blocked = self._produce_backlog()
         # A full producer queue: wait a little for acknowledgements, then run commands (a
         # revoke must not wait for the backlog) before producing again.
@@ -215,6 +227,12 @@ class RecordPipeline(RecordSending, PipelineLoop):
         self._finish_releases()
         self._rewind_due()
         self._refresh_watermarks()
+
+    def _note_first_fetch(self, runs: list[Run]) -> None:
+        for run in runs:
+            state = self._first_fetch.pop(run.key, None) if run.key is not None else None
+            if state is not None:
+                mark(state, FETCHED)
 
     def _after_poll(self) -> None:
         """Hook for pipelines that act once per loop turn (the transactional one commits)."""
@@ -289,6 +307,9 @@ class RecordPipeline(RecordSending, PipelineLoop):
         key = (state.task.topic, state.task.partition)
         state.fetching = True
         self._states[key] = state
+        if state.trace is not None:
+            mark(state, ASSIGNED)
+            self._first_fetch[key] = state
         self._reposition(key, offset)
         if key in self._assigned:
             self._consumer.seek(TopicPartition(key[0], key[1], offset))
@@ -300,6 +321,7 @@ class RecordPipeline(RecordSending, PipelineLoop):
         key = (state.task.topic, state.task.partition)
         if self._states.get(key) is state:
             del self._states[key]
+            self._first_fetch.pop(key, None)
             self._unassign(key)
             self._purge(key)
         state.fetching = False

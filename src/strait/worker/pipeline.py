@@ -21,6 +21,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from strait.offsetmap.runs import RunRecorder
 from strait.worker.checkpoint import AckTracker
+from strait.worker.startup import StartTrace
 from strait.worker.task import PartitionTask
 
 T = TypeVar("T")
@@ -160,6 +161,9 @@ class PartitionState:
         # copied record by record when its route asked for batches (or what the route says).
         self.mode = "record"
         self.mode_reason = ""
+        # The steps from the assignment to the first copied record (strait.worker.startup);
+        # dropped once that record is acknowledged.
+        self.trace: StartTrace | None = StartTrace()
 
     @property
     def failed(self) -> bool:

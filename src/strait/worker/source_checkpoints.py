@@ -5,8 +5,10 @@ uses a :class:`CheckpointStore`; exactly-once routes bring their own, see
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
@@ -17,6 +19,8 @@ from strait.worker.checkpoint import start_offset
 from strait.worker.task import PartitionTask
 
 ADMIN_TIMEOUT_S = 15.0
+# A start offset read when its partition was assigned is used for this long (then read again).
+EARLY_READ_MAX_AGE_S = 10.0
 
 
 class StartOffsets(NamedTuple):
@@ -50,6 +54,13 @@ class SourceCheckpoints:
     so commits land in the group and standard tooling shows the lag, but it never joins the
     group, so no rebalance can ever involve it.
     """
+
+    # Start offsets may be read as soon as a partition is assigned, while its destination topic
+    # is made ready (:class:`EarlyStarts`): read earlier, a checkpoint (only ever moved forward
+    # by the partition's owners) and the source's earliest and latest offsets can only be lower
+    # than or equal to what a later read gives, so the copy starts at the same record or an
+    # earlier one: a duplicate at worst, never a loss.
+    reads_early = True
 
     def __init__(self, *, source: Mapping[str, Any], group_id: str, client_id: str) -> None:
         self._committer = clients.consumer(
@@ -115,3 +126,80 @@ def list_offsets(admin: Any, tps: list[TopicPartition], spec: OffsetSpec) -> dic
         (tp.topic, tp.partition): clients.admin_result(f, wait_s, f"offsets of {tp.topic}/{tp.partition}").offset
         for tp, f in futures.items()
     }
+
+
+class EarlyStarts:
+    """Start offsets read in the background as soon as partitions are assigned, so a new
+    partition's start does not wait for them after its destination topic is ready (the reads
+    are independent of the destination). Each read is used once, and only while it is younger
+    than ``max_age_s``; a failed or missing read is left to the copier's own read."""
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        *,
+        max_age_s: float = EARLY_READ_MAX_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._max_age_s = max_age_s
+        self._clock = clock
+        # Topics are assigned one by one as they are added: their reads must not queue up.
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="early-starts")
+        self._lock = threading.Lock()
+        self._reads: dict[PartitionTask, tuple[Future[dict[PartitionTask, StartOffsets]], float]] = {}
+        self._closed = False
+
+    def ask(self, tasks: list[PartitionTask]) -> None:
+        """Start reading the start offsets of ``tasks``; returns at once."""
+        if not tasks:
+            return
+        with self._lock:
+            if self._closed:
+                return
+            future = self._pool.submit(self._store.start_offsets, list(tasks))
+            now = self._clock()
+            for task in tasks:
+                self._reads[task] = (future, now)
+
+    def take(
+        self, tasks: list[PartitionTask]
+    ) -> tuple[dict[PartitionTask, StartOffsets], set[PartitionTask], list[PartitionTask]]:
+        """The early reads of ``tasks`` that are done (each handed out once), the tasks whose
+        read is still under way, and the tasks the caller must read itself."""
+        found: dict[PartitionTask, StartOffsets] = {}
+        pending: set[PartitionTask] = set()
+        missing: list[PartitionTask] = []
+        now = self._clock()
+        with self._lock:
+            for task in tasks:
+                read = self._reads.get(task)
+                if read is None:
+                    missing.append(task)
+                    continue
+                future, asked_at = read
+                if not future.done() and now - asked_at <= self._max_age_s:
+                    pending.add(task)
+                    continue
+                del self._reads[task]
+                result = None
+                if future.done() and future.exception() is None and now - asked_at <= self._max_age_s:
+                    result = future.result().get(task)
+                if result is None:
+                    missing.append(task)
+                else:
+                    found[task] = result
+        return found, pending, missing
+
+    def forget(self, tasks: list[PartitionTask]) -> None:
+        """Drop what was read for ``tasks`` (revoked before they started)."""
+        with self._lock:
+            for task in tasks:
+                self._reads.pop(task, None)
+
+    def close(self) -> None:
+        """Stop reading; waits for a read under way (the store's clients must outlive it)."""
+        with self._lock:
+            self._closed = True
+            self._reads.clear()
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -36,8 +36,11 @@ def add_topics(
     size: int = 100,
     parallelism: int = 1,
     mm2_refresh_topics_s: int = 5,
+    copy: str | None = None,
 ) -> dict[str, Any]:
-    """Traffic on topic A; ten topics appear; A's longest arrival gap and each new topic's first record."""
+    """Traffic on topic A; ten topics appear; A's longest arrival gap and each new topic's first record.
+
+    ``copy`` (Strait only): the route's copy mode, ``batch`` or ``record``; None is the route default."""
     runs = []
     for system in bench.order(0):
         bench.log(f"add-topics: {system} x{parallelism}, A at {rate:,.0f} rec/s, {new_topics} new topics")
@@ -54,12 +57,19 @@ def add_topics(
             size,
             parallelism,
             mm2_refresh_topics_s,
+            copy,
         )
         runs.append(run)
         bench.log(
             f"  -> longest gap on A {run.get('gap_a_ms')} ms (before: {run.get('baseline_gap_a_ms')} ms), "
             f"new topics' first record after {run.get('first_record_max_s')} s (max; "
-            f"{run.get('first_record_after_api_max_s')} s after the first API call), load {run.get('load')}, "
+            f"{run.get('first_record_after_api_max_s')} s after the first API call"
+            + (
+                f", {run['first_record_after_own_post_max_s']} s after its own POST"
+                if run.get("first_record_after_own_post_max_s") is not None
+                else ""
+            )
+            + f"), load {run.get('load')}, "
             f"{missing_words(run.get('verify', {}))}" + (f" FAILED: {run['error']}" if run.get("error") else "")
         )
     by = {r["system"]: r for r in runs}
@@ -80,6 +90,7 @@ def add_topics(
             "size": size,
             "parallelism": parallelism,
             "mm2_refresh_topics_s": mm2_refresh_topics_s,
+            "copy": copy,
         },
         "runs": runs,
         "ratios": ratios,
@@ -99,6 +110,7 @@ def _add_topics_run(
     size: int,
     parallelism: int,
     mm2_refresh_topics_s: int,
+    copy: str | None = None,
 ) -> dict[str, Any]:
     run_dir = bench.run_dir(topic_name("add-topics", system))
     prefix = topic_name("add", uuid.uuid4().hex[:6], system)
@@ -111,6 +123,7 @@ def _add_topics_run(
         parallelism=parallelism,
         topics_pattern=f"{prefix}-.*",
         mm2_refresh_topics_s=mm2_refresh_topics_s,
+        strait_copy=copy,
     )
     result: dict[str, Any] = {
         "system": system,
@@ -141,6 +154,23 @@ def _add_topics_run(
                 firsts[name] = None if first is None else round((first - t_add_us) / SEC, 3)
             present = [v for v in firsts.values() if v is not None]
             api_call_s = round(asked - t_add_us / SEC, 3)
+            # Strait: each topic's first record after its own POST (the POSTs go one after the
+            # other, so the last topic's is up to a second after the first's).
+            posted = getattr(replicator, "posted_at", {})
+            after_post = {
+                name: round(firsts[name] - (posted[name] - t_add_us / SEC), 3)  # type: ignore[operator]
+                for name in added
+                if firsts[name] is not None and name in posted
+            }
+            if after_post:
+                result.update(
+                    first_record_after_own_post_s=after_post,
+                    first_record_after_own_post_max_s=(
+                        max(after_post.values()) if len(after_post) == len(added) else None
+                    ),
+                    first_record_after_own_post_median_s=statistics.median(after_post.values()),
+                    t_add_unix_s=t_add_us / SEC,
+                )
             result.update(
                 # From the first API call (Strait: the first POST; MirrorMaker has none and finds
                 # the topics by its refresh): the issue's "after its POST", an upper bound.

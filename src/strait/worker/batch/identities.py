@@ -16,6 +16,7 @@ from typing import Any
 
 from strait.worker.batch.partition import BatchPartition
 from strait.worker.batch.sequences import ProducerIdentity
+from strait.worker.startup import IDENTITY, mark
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class Identities:
                 continue
             elif future.succeeded() and not future.value.error_code:
                 part.identity = ProducerIdentity(int(future.value.producer_id), int(future.value.producer_epoch))
+                mark(part.state, IDENTITY)
                 part.next_sequence = 0
                 part.appended = False
             else:

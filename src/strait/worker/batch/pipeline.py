@@ -38,6 +38,7 @@ from strait.worker.batch.partition import BatchPartition, Sent, Verdict
 from strait.worker.batch.rtts import RoundTrips
 from strait.worker.checkpoint import AckTracker
 from strait.worker.pipeline import ACCESS_RETRY_S, REWIND_BACKOFF_S, PartitionState, PipelineLoop, PipelineSettings
+from strait.worker.startup import ASSIGNED, FETCHED, PRODUCED, finish, mark
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,10 @@ RESEND_BACKOFF_S = 0.1
 GAP_SOURCE = "source"
 GAP_DESTINATION = "destination"  # the observer's name for the destination cluster's clients
 PRODUCE_TIMEOUT_MS = 30_000  # how long the destination leader waits for its replicas (acks=all)
+# A topic's configs read for one partition's start serve its other partitions started this soon
+# after: each read is a blocking round trip on the loop's only thread, and a new topic's
+# partitions are added together (ten topics of two partitions: 20 reads instead of 40).
+TOPIC_CONFIGS_REUSE_S = 2.0
 
 
 class BatchPipeline(PipelineLoop):
@@ -91,6 +96,8 @@ class BatchPipeline(PipelineLoop):
             clock=lambda: time.monotonic(),  # this module's clock (tests replace it)
         )
         self._fetches: dict[int, tuple[Any, dict[Key, int], float]] = {}  # source node -> fetch
+        # (source topic, destination topic) -> what _add read of their configs, and when.
+        self._topic_configs: dict[tuple[str, str], tuple[Any, bool, float]] = {}
         self._identities = Identities(self._init_producer_id, retry_s=RETRY_BACKOFF_S)
         # Produce round trips per destination broker, for the route's metrics (librdkafka's
         # statistics give them in record mode).
@@ -195,8 +202,7 @@ class BatchPipeline(PipelineLoop):
             state.fetching = False
             return
         try:
-            destination = links.destination.destination_topic(task.destination_topic)
-            compacted = links.source.compacted(task.topic)
+            destination, compacted = self._configs(links, task.topic, task.destination_topic)
         except Exception as exc:
             # A cluster that cannot say what batch mode needs: copy this partition record by
             # record (nothing of it was sent; record mode starts at the same offset).
@@ -211,7 +217,21 @@ class BatchPipeline(PipelineLoop):
             self._leaving.append(old)
         self._parts[part.source] = part
         state.fetching = True
+        mark(state, ASSIGNED)
         self._identities.ask(part)
+
+    def _configs(self, links: Links, topic: str, destination_topic: str) -> tuple[Any, bool]:
+        """The destination topic's batch-relevant configs and whether the source topic is
+        compacted; read again once older than TOPIC_CONFIGS_REUSE_S."""
+        now = time.monotonic()
+        known = self._topic_configs.get((topic, destination_topic))
+        if known is not None and now - known[2] <= TOPIC_CONFIGS_REUSE_S:
+            return known[0], known[1]
+        destination = links.destination.destination_topic(destination_topic)
+        compacted = links.source.compacted(topic)
+        self._topic_configs = {k: v for k, v in self._topic_configs.items() if now - v[2] <= TOPIC_CONFIGS_REUSE_S}
+        self._topic_configs[(topic, destination_topic)] = (destination, compacted, now)
+        return destination, compacted
 
     def _release(self, state: PartitionState, done: threading.Event) -> None:
         key = (state.task.topic, state.task.partition)
@@ -342,6 +362,8 @@ class BatchPipeline(PipelineLoop):
             if fetched.high_watermark > (state.source_end or 0):
                 state.source_end = fetched.high_watermark
             decision = part.take_fetch(fetched, now)
+            if state.trace is not None and part.queue:
+                mark(state, FETCHED)
             if decision is not None:
                 self._to_record_mode(part, f"{decision.reason.value}: {decision.detail}")
             return
@@ -394,6 +416,8 @@ class BatchPipeline(PipelineLoop):
                 self._time_round_trip(future, leader, now)
                 for part, sent in batches:
                     part.sending(sent, future)
+                    if part.state.trace is not None:
+                        mark(part.state, PRODUCED)
 
     def _time_round_trip(self, future: Any, node: int, sent_at: float) -> None:
         rtts = self._rtts
@@ -440,6 +464,8 @@ class BatchPipeline(PipelineLoop):
     def _after_answer(self, part: BatchPartition, sent: Sent, verdict: Verdict, error: str, now: float) -> None:
         observer = self._observer
         if verdict is Verdict.NOTHING:
+            if part.state.trace is not None and sent.records:
+                finish(part.state, now - sent.sent_at)
             if observer is not None:
                 task = part.state.task
                 # One observation standing for the batch's records, as record mode's samples do.
