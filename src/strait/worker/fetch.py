@@ -57,6 +57,7 @@ from strait.worker.sending import GAP_RETENTION as GAP_RETENTION
 from strait.worker.sending import GAP_SOURCE as GAP_SOURCE
 from strait.worker.sending import GAP_UNEXPECTED as GAP_UNEXPECTED
 from strait.worker.sending import RecordSending
+from strait.worker.stalls import LoopWatch
 from strait.worker.startup import ASSIGNED, FETCHED, mark
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,7 @@ class RecordPipeline(RecordSending, PipelineLoop):
         self._thread = threading.Thread(target=self._run, name=f"strait-copy-{client_id}-{name}", daemon=True)
         self._next_watermarks = 0.0
         self._flush_timeout_s = 0.0
+        self._watch = LoopWatch(name)  # slow loop turns in the debug log (strait.worker.stalls)
 
     # -- clients (overridden by the transactional pipeline) ------------------------------------
 
@@ -193,8 +195,10 @@ class RecordPipeline(RecordSending, PipelineLoop):
 
     def _run(self) -> None:
         try:
+            self._watch.run_here()
+            step = self._watch.wrap(self._step)
             while not self._stopping.is_set():
-                self._step()
+                step()
         except Exception as exc:
             log.exception("pipeline %s crashed", self.name)
             for state in self._states.values():
@@ -244,7 +248,8 @@ class RecordPipeline(RecordSending, PipelineLoop):
         batch = self._settings.batch_size
         messages: list[Any] = self._consumer.consume(batch, 0)
         if not messages:
-            messages = self._consumer.consume(1, wait_s)
+            with self._watch.idle():
+                messages = self._consumer.consume(1, wait_s)
             if messages and batch > 1:
                 messages += self._consumer.consume(batch - 1, 0)
         return messages

@@ -18,6 +18,7 @@ from strait.metrics.exposition import serve_metrics
 from strait.metrics.worker import WorkerMetrics
 from strait.worker.agent import LEASE_FRACTION, WorkerAgent, copier_factory
 from strait.worker.lease import Lease
+from strait.worker.stalls import freeze_heap
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ def run_worker(config: StraitConfig, worker_id: str) -> None:
         lease=lease,
     )
     agents.append(agent)
+    freeze_heap()  # full garbage collections no longer walk the start-up objects (stalls.py)
 
     def drain(signum: int, _frame: FrameType | None) -> None:
         if agent.drain_requested:

@@ -38,6 +38,7 @@ from strait.worker.batch.partition import BatchPartition, Sent, Verdict
 from strait.worker.batch.rtts import RoundTrips
 from strait.worker.checkpoint import AckTracker
 from strait.worker.pipeline import ACCESS_RETRY_S, REWIND_BACKOFF_S, PartitionState, PipelineLoop, PipelineSettings
+from strait.worker.stalls import LoopWatch
 from strait.worker.startup import ASSIGNED, FETCHED, PRODUCED, finish, mark
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,7 @@ class BatchPipeline(PipelineLoop):
         self._rtts = None if stats is None else RoundTrips(stats(GAP_DESTINATION), self._client_id)
         self._stopping = threading.Event()
         self._flush_timeout_s = 0.0
+        self._watch = LoopWatch(name)  # slow loop turns in the debug log (strait.worker.stalls)
         self._unreachable: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"strait-copy-{client_id}-{name}", daemon=True)
 
@@ -127,8 +129,10 @@ class BatchPipeline(PipelineLoop):
         try:
             while self._links is None and not self._stopping.is_set():
                 self._connect()
+            self._watch.run_here()
+            step = self._watch.wrap(self._step)
             while not self._stopping.is_set():
-                self._step()
+                step()
         except Exception as exc:
             log.exception("pipeline %s crashed", self.name)
             for part in self._parts.values():
@@ -158,7 +162,8 @@ class BatchPipeline(PipelineLoop):
         now = time.monotonic()
         self._start_fetches(links, now)
         sent = self._send(links, now)
-        links.poll(0 if sent else 0.05)
+        with self._watch.idle():
+            links.poll(0 if sent else 0.05)
         now = time.monotonic()
         self._identities.take(now)
         self._take_fetches(now)

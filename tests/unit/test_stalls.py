@@ -1,0 +1,80 @@
+"""The copy loops' stall watch: slow turns counted, garbage-collection time attributed."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from strait.worker.stalls import GcClock, LoopWatch
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_gc_clock_times_each_collection_by_generation() -> None:
+    clock = Clock()
+    gc = GcClock(clock)
+    gc("start", {"generation": 0})
+    clock.now += 0.001
+    gc("stop", {"generation": 0, "collected": 3})
+    gc("start", {"generation": 2})
+    clock.now += 0.120
+    gc("stop", {"generation": 2, "collected": 0})
+    assert gc.count == [1, 0, 1]
+    assert gc.total_s == pytest.approx(0.121)
+    assert gc.longest_s[2] == pytest.approx(0.120)
+    # A stop without its start (the clock registered mid-collection) is not counted.
+    gc("stop", {"generation": 1})
+    assert gc.count == [1, 0, 1]
+
+
+def test_slow_turns_are_counted_with_the_collections_inside_them(caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    gc = GcClock(clock)
+    watch = LoopWatch("realtime", clock=clock, gc=gc)
+
+    def quick() -> None:
+        clock.now += 0.001
+
+    def collected() -> None:
+        gc("start", {"generation": 2})
+        clock.now += 0.150
+        gc("stop", {"generation": 2})
+
+    with caplog.at_level(logging.DEBUG, logger="strait.worker.stalls"):
+        watch.wrap(quick)()
+        watch.wrap(collected)()
+    assert watch.summary() == {"turns": 2, "stalls": 1, "stalled_s": 0.15, "longest_ms": 150.0}
+    assert "turn's work took 150.0 ms (gc 150.0 ms)" in caplog.text
+
+
+def test_a_turn_that_raises_is_still_timed() -> None:
+    clock = Clock()
+    watch = LoopWatch("catchup", clock=clock, gc=GcClock(clock))
+
+    def crash() -> None:
+        clock.now += 0.5
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        watch.wrap(crash)()
+    assert watch.stalls == 1 and watch.turn_started is None
+
+
+def test_idle_waits_are_not_stalls() -> None:
+    clock = Clock()
+    watch = LoopWatch("realtime", clock=clock, gc=GcClock(clock))
+
+    def waits_then_works() -> None:
+        with watch.idle():
+            clock.now += 0.1  # no records for 100 ms
+        clock.now += 0.002
+
+    watch.wrap(waits_then_works)()
+    assert watch.stalls == 0 and watch.longest_s == pytest.approx(0.002)
