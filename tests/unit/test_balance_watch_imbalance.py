@@ -15,6 +15,7 @@ from strait.balancer.plan import IntraBrokerMove, apply, validate
 from strait.balancer.synthetic import Shape, generate
 from strait.balancer.synthetic import traffic as synthetic_traffic
 from strait.balancer.tiers import DiskClasses
+from strait.balancer.traffic import net_in_skew
 
 GOALS = Goals(threshold=0.10)
 
@@ -162,3 +163,37 @@ def test_a_gone_broker_is_drained_with_traffic_and_tiers() -> None:
     validate(plan, model)
     assert all(3 not in p.replicas for p in apply(model, plan.moves).partitions.values()), plan.warnings
     assert "traffic_brokers" in plan.stats and any(isinstance(m, IntraBrokerMove) for m in plan.moves)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_traffic_skew_alone_is_a_reason_and_the_proposal_narrows_it(seed: int) -> None:
+    # Disks within a loose threshold; partitions led by low broker ids written hardest.
+    model = generate(Shape(brokers=6, dirs_per_broker=2, partitions=300, skew=0.0), seed)
+    rates = synthetic_traffic(model, seed, active=0.5, skew=1.0)
+    goals = Goals(threshold=0.9)
+    unmeasured = imbalance.assess(model, goals)
+    assert unmeasured.balanced and unmeasured.traffic_spread is None  # no traffic sampled: not judged
+    found = imbalance.assess(model, goals, traffic=rates, traffic_spread=0.1, traffic_floor=0)
+    spread_bytes, mean = net_in_skew(model, rates)
+    assert found.reasons == {"traffic_spread"} and found.signature == ("traffic_spread",)
+    assert found.traffic_spread == pytest.approx(spread_bytes / mean) and found.net_in_spread == spread_bytes
+    assert found.to_dict()["traffic_threshold"] == 0.1
+    plan = imbalance.propose(model, goals, found, rates)
+    validate(plan, model)
+    after = imbalance.assess(apply(model, plan.moves), goals, traffic=rates, traffic_spread=0.1, traffic_floor=0)
+    assert after.traffic_spread is not None and after.traffic_spread < found.traffic_spread
+
+
+def test_a_traffic_skew_under_the_floor_or_the_threshold_is_no_reason() -> None:
+    model = generate(Shape(brokers=6, dirs_per_broker=2, partitions=300, skew=0.0), 1)
+    rates = synthetic_traffic(model, 1, active=0.5, skew=1.0)
+    spread_bytes, mean = net_in_skew(model, rates)
+    skew = spread_bytes / mean
+    goals = Goals(threshold=0.9)
+    assert "traffic_spread" in imbalance.assess(model, goals, traffic=rates, traffic_spread=skew * 0.9).reasons
+    under_floor = imbalance.assess(model, goals, traffic=rates, traffic_spread=skew * 0.9, traffic_floor=spread_bytes)
+    assert under_floor.balanced and under_floor.traffic_spread == pytest.approx(skew)
+    assert imbalance.assess(model, goals, traffic=rates, traffic_spread=skew * 1.1, traffic_floor=0).balanced
+    # A gone broker takes in nothing, yet is no traffic skew: only the brokers the cluster lists count.
+    gone = imbalance.assess(without_broker(model, 6), goals, traffic=rates, traffic_spread=10.0)
+    assert gone.reasons == {"broker_gone"}

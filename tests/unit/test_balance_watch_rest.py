@@ -82,6 +82,27 @@ def test_metrics_name_each_reason_and_leave_a_standby_out() -> None:
     assert 'cluster="small",reason=' not in text and 'strait_balance_alert{cluster="small"}' not in text
 
 
+def test_metrics_report_a_traffic_skew_only_where_traffic_was_measured() -> None:
+    skewed = {
+        **ALERTING,
+        "reasons": ["traffic_spread"],
+        "assessment": {"spread": 0.02, "traffic_spread": 0.8},
+    }
+
+    class TrafficWatcher(FakeWatcher):
+        def view(self) -> dict[str, dict[str, Any]]:
+            return {"big": skewed, "small": {**ALERTING, "reasons": []}}
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WatchCollector(TrafficWatcher().view))
+    text = generate_latest(registry).decode()
+    assert 'strait_balance_out_of_balance{cluster="big",reason="traffic_spread"} 1.0' in text
+    assert 'strait_balance_out_of_balance{cluster="big",reason="disk_spread"} 0.0' in text
+    assert 'strait_balance_out_of_balance{cluster="small",reason="traffic_spread"} 0.0' in text
+    assert 'strait_balance_traffic_spread_ratio{cluster="big"} 0.8' in text
+    assert 'strait_balance_traffic_spread_ratio{cluster="small"}' not in text  # not measured there
+
+
 def test_config_checks_the_watch_options() -> None:
     chosen = BalanceConfig(clusters=["big"], watch=True, execute=True, after_s=5, throttle="10MB")
     assert chosen.watched() == ["big"] and chosen.throttle == 10_000_000

@@ -12,6 +12,7 @@ from strait.balancer.errors import ClusterError, ExecutionConflict
 from strait.balancer.model import ClusterModel
 from strait.balancer.settings import BalanceConfig
 from strait.balancer.synthetic import Shape, generate
+from strait.balancer.traffic import Rate, Traffic
 
 SKEWED = generate(Shape(brokers=4, dirs_per_broker=2, partitions=120, skew=0.8), 3)
 
@@ -116,3 +117,42 @@ def test_a_cancelled_watch_execution_holds_the_next_one(fake: Cluster) -> None:
         now[0] = t
         w.check("big")
         assert w.view()["big"]["held"] and len(fake.submitted) == 1
+
+
+def test_with_traffic_sampled_a_traffic_skew_alone_alerts_and_is_proposed(
+    fake: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Disks within a loose threshold; written partitions led by broker 1 only.
+    model = generate(Shape(brokers=4, dirs_per_broker=2, partitions=120, skew=0.0), 5)
+    led = {k: Rate(2_000_000.0, 2_000.0) for k, p in model.partitions.items() if p.replicas[0] == 1}
+    measured: list[Traffic | None] = [None, Traffic(led, 30.0)]  # no rates from the first sample
+    monkeypatch.setattr(watcher.BalanceWatcher, "_sample", lambda self, name, props, capacities: (model, measured[0]))
+    now, leading = [0.0], [True]
+    w = make(leading, now, after_s=60, threshold=0.9, traffic=True, traffic_spread=0.2, traffic_floor="1MB")
+    w.check("big")
+    row = w.view()["big"]
+    assert row["phase"] == watch.BALANCED and row["assessment"]["traffic_spread"] is None
+    measured.pop(0)
+    for t in (30.0, 90.0):
+        now[0] = t
+        w.check("big")
+    row = w.view()["big"]
+    assert row["reasons"] == ["traffic_spread"] and row["alert"], row
+    assert row["assessment"]["traffic_spread"] > 0.2 and row["assessment"]["net_in_spread"] > 1_000_000
+    proposal = w.proposal("big")
+    assert proposal is not None and proposal["moves"] > 0
+    before, after = proposal["traffic_spread_before"], proposal["traffic_spread_after"]
+    assert after["leader_in"] < before["leader_in"]
+
+
+def test_a_traffic_skew_below_the_floor_is_no_reason(fake: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = generate(Shape(brokers=4, dirs_per_broker=2, partitions=120, skew=0.0), 5)
+    # An idle cluster's trickle, all led by broker 1: skewed, but by a few KB/s.
+    led = {k: Rate(1_000.0, 10.0) for k, p in model.partitions.items() if p.replicas[0] == 1}
+    monkeypatch.setattr(
+        watcher.BalanceWatcher, "_sample", lambda self, name, props, capacities: (model, Traffic(led, 30.0))
+    )
+    w = make([True], [0.0], after_s=0, threshold=0.9, traffic=True)
+    w.check("big")
+    row = w.view()["big"]
+    assert row["phase"] == watch.BALANCED and row["assessment"]["traffic_spread"] > 0.25, row

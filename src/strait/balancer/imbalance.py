@@ -1,13 +1,16 @@
 """Whether a cluster is out of balance, why, and the plan that would fix it. Pure: no I/O.
 
 The watch mode (`strait.balancer.watch`) samples a cluster model every so often and asks
-`assess` what is wrong with it. Four reasons, each a rule the planner already keeps:
+`assess` what is wrong with it. Five reasons, each a rule the planner already keeps:
 
 - `disk_spread`: the usage ratios of the disks (of one storage tier, when dirs are classed)
   differ by more than the goals' threshold;
 - `disk_full`: a disk holds more than the capacity limit allows;
 - `rack`: a partition has more replicas under one rack switch than the rack rule allows;
-- `broker_gone`: replicas sit on a broker the cluster no longer lists (under-replicated).
+- `broker_gone`: replicas sit on a broker the cluster no longer lists (under-replicated);
+- `traffic_spread`: with traffic measured (`balance.traffic`), the brokers' network in (bytes/s
+  every replica takes in, `strait.balancer.traffic`) differs by more than `traffic_spread` of
+  its mean, and by more than `traffic_floor` bytes/s (a nearly idle cluster's skew is noise).
 
 Disk reasons need disk sizes: where dirs of one broker report one filesystem and no capacity is
 configured (`strait.balancer.capacity.shared_filesystems`), usage ratios say nothing, so the disk
@@ -31,9 +34,9 @@ from strait.balancer.goals import Goals, eligible_dirs, spread
 from strait.balancer.model import Broker, ClusterModel, LogDir, Partition, max_per_rack
 from strait.balancer.plan import InterBrokerMove, Plan
 from strait.balancer.tiers import DiskClasses
-from strait.balancer.traffic import Traffic
+from strait.balancer.traffic import Traffic, net_in_skew
 
-REASONS = ("disk_spread", "disk_full", "rack", "broker_gone")
+REASONS = ("disk_spread", "disk_full", "rack", "broker_gone", "traffic_spread")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,9 @@ class Assessment:
     under_replicated: int = 0
     sizes_unknown: tuple[int, ...] = ()
     threshold: float = 0.0
+    traffic_spread: float | None = None  # network-in max - min over its mean; None: not measured
+    net_in_spread: float | None = None  # the same max - min, bytes/s
+    traffic_threshold: float | None = None
 
     @property
     def balanced(self) -> bool:
@@ -64,6 +70,9 @@ class Assessment:
             "rack_partitions": len(self.rack_partitions),
             "under_replicated_replicas": self.under_replicated,
             "sizes_unknown_brokers": list(self.sizes_unknown),
+            "traffic_spread": None if self.traffic_spread is None else round(self.traffic_spread, 6),
+            "net_in_spread": None if self.net_in_spread is None else round(self.net_in_spread, 3),
+            "traffic_threshold": self.traffic_threshold,
         }
 
 
@@ -73,11 +82,20 @@ def gone_brokers(model: ClusterModel) -> tuple[int, ...]:
     return tuple(sorted(listed - set(model.brokers)))
 
 
-def assess(model: ClusterModel, goals: Goals, classes: DiskClasses | None = None) -> Assessment:
+def assess(
+    model: ClusterModel,
+    goals: Goals,
+    classes: DiskClasses | None = None,
+    *,
+    traffic: Traffic | None = None,
+    traffic_spread: float = 0.25,
+    traffic_floor: float = 1_000_000.0,
+) -> Assessment:
     """Why `model` is out of balance under `goals`; an empty `reasons` means it is not.
 
     With disk `classes` (the plan will place tiers), the disk spread is measured within each
-    tier, as the planner balances it: SSDs kept for hot replicas are not a skew.
+    tier, as the planner balances it: SSDs kept for hot replicas are not a skew. Traffic is
+    judged only when `traffic` was measured (see `traffic_spread` in the module docstring).
     """
     reasons: set[str] = set()
     tokens: list[str] = []
@@ -104,6 +122,15 @@ def assess(model: ClusterModel, goals: Goals, classes: DiskClasses | None = None
         reasons.add("rack")
         digest = hashlib.sha256("\n".join(broken).encode()).hexdigest()[:12]
         tokens.append(f"rack:{len(broken)}:{digest}")
+    skew: float | None = None
+    net_in_spread: float | None = None
+    if traffic is not None:
+        net_in_spread, mean = net_in_skew(model, traffic)
+        skew = net_in_spread / mean if mean > 0 else 0.0
+        if skew > traffic_spread and net_in_spread > traffic_floor:
+            # Which brokers are hot changes with every sample: the token names only the reason.
+            reasons.add("traffic_spread")
+            tokens.append("traffic_spread")
     return Assessment(
         reasons=frozenset(reasons),
         signature=tuple(sorted(tokens)),
@@ -114,6 +141,9 @@ def assess(model: ClusterModel, goals: Goals, classes: DiskClasses | None = None
         under_replicated=under,
         sizes_unknown=unknown,
         threshold=goals.threshold,
+        traffic_spread=skew,
+        net_in_spread=net_in_spread,
+        traffic_threshold=traffic_spread if traffic is not None else None,
     )
 
 

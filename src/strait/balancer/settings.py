@@ -20,6 +20,9 @@
       throttle: 20MB           # replication throttle (bytes/s) of executions the watch starts
       traffic: false           # measure traffic between samples: proposals balance it too, and
                                # place hot replicas on SSD where disk_classes are set
+      traffic_spread: 0.25     # with traffic: broker network-in spread (max - min, over the mean)
+      traffic_floor: 1MB       # above which traffic alone puts a cluster out of balance, once the
+                               # spread is also above this many bytes/s (an idle cluster's noise is not)
 
 Rule keys and precedence are described in `strait.balancer.capacity` (the same for disk
 classes); `--capacity` and `--disk-class` on the command line override these rules dir by dir.
@@ -39,6 +42,13 @@ from strait.balancer.tiers import DiskClasses, class_rules
 Bytes = Annotated[int, BeforeValidator(parse_size)]
 
 
+def _rate_or_zero(value: object) -> int:
+    return 0 if not isinstance(value, bool) and value in (0, "0") else parse_size(value)
+
+
+Rate = Annotated[int, BeforeValidator(_rate_or_zero)]  # bytes/s, as a size ("1MB"), or 0
+
+
 class BalanceConfig(BaseModel):
     """Options of `strait balance` and the REST balancer that belong in the configuration file."""
 
@@ -54,6 +64,8 @@ class BalanceConfig(BaseModel):
     threshold: float = Field(default=0.10, gt=0, lt=1)
     throttle: Bytes | None = Field(default=None, gt=0)
     traffic: bool = False
+    traffic_spread: float = Field(default=0.25, gt=0)
+    traffic_floor: Rate = Field(default=1_000_000, ge=0)
 
     @model_validator(mode="after")
     def _watch_needs_clusters(self) -> BalanceConfig:

@@ -169,3 +169,13 @@ def spreads(model: ClusterModel, traffic: Traffic, excluded: Iterable[int] = ())
     kept = [b for b in model.brokers if b not in out]
     loads = broker_loads(model, traffic)
     return {res: round(load_spread(loads[res], kept), 3) for res in RESOURCES}
+
+
+def net_in_skew(model: ClusterModel, traffic: Traffic) -> tuple[float, float]:
+    """(largest minus smallest network in, mean network in) over the brokers the model lists,
+    bytes/s: what the watch mode judges traffic by. A broker gone from the model counts not."""
+    net_in = broker_loads(model, traffic)["net_in"]
+    values = [net_in[b] for b in model.brokers]
+    if not values:
+        return 0.0, 0.0
+    return max(values) - min(values), sum(values) / len(values)

@@ -129,7 +129,14 @@ class BalanceWatcher:
             # Tiers are placed only with traffic measured (`imbalance.propose`); then the spread
             # that counts is the one within each tier.
             tiers = self.settings.classes_of(name) if traffic is not None else None
-            assessment = imbalance.assess(model, self.goals, tiers)
+            assessment = imbalance.assess(
+                model,
+                self.goals,
+                tiers,
+                traffic=traffic,
+                traffic_spread=self.settings.traffic_spread,
+                traffic_floor=self.settings.traffic_floor,
+            )
             seen = watch.Observation(
                 at=self._clock(),
                 leading=True,

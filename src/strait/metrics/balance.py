@@ -75,7 +75,7 @@ def read_executions(clusters: Mapping[str, Mapping[str, Any]]) -> dict[str, dict
     return out
 
 
-WATCH_REASONS = ("disk_spread", "disk_full", "rack", "broker_gone")
+WATCH_REASONS = ("disk_spread", "disk_full", "rack", "broker_gone", "traffic_spread")
 
 
 class WatchCollector(Collector):
@@ -108,6 +108,12 @@ class WatchCollector(Collector):
             "Largest minus smallest disk usage ratio, as the watch last measured it.",
             labels=["cluster"],
         )
+        traffic = GaugeMetricFamily(
+            "strait_balance_traffic_spread_ratio",
+            "Largest minus smallest broker network in, over its mean, as the watch last measured it "
+            "(absent without balance.traffic or before the second sample).",
+            labels=["cluster"],
+        )
         proposal = GaugeMetricFamily(
             "strait_balance_proposal_moves",
             "Moves in the plan the watch currently proposes (absent: no proposal).",
@@ -136,6 +142,9 @@ class WatchCollector(Collector):
             measured = (row.get("assessment") or {}).get("spread")
             if measured is not None:
                 spread.add_metric([cluster], measured)
+            measured_traffic = (row.get("assessment") or {}).get("traffic_spread")
+            if measured_traffic is not None:
+                traffic.add_metric([cluster], measured_traffic)
             if row.get("proposal") is not None:
                 proposal.add_metric([cluster], row["proposal"]["moves"])
-        yield from (reason, seconds, alert, spread, proposal, held, errors)
+        yield from (reason, seconds, alert, spread, traffic, proposal, held, errors)
