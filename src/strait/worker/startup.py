@@ -57,14 +57,14 @@ class StartTrace:
 
 def mark(state: Any, step: str) -> None:
     """Mark ``step`` on ``state``'s trace, if it still has one."""
-    trace: StartTrace | None = state.trace
+    trace: StartTrace | None = getattr(state, "trace", None)  # test doubles may have none
     if trace is not None:
         trace.mark(step)
 
 
 def finish(state: Any, ack_latency_s: float | None = None) -> None:
     """``state``'s first record was acknowledged: log the trace (debug) and drop it."""
-    trace: StartTrace | None = state.trace
+    trace: StartTrace | None = getattr(state, "trace", None)
     if trace is None:
         return
     state.trace = None
