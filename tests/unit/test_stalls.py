@@ -29,6 +29,7 @@ def test_gc_clock_times_each_collection_by_generation() -> None:
     assert gc.count == [1, 0, 1]
     assert gc.total_s == pytest.approx(0.121)
     assert gc.longest_s[2] == pytest.approx(0.120)
+    assert [(g, round(s, 3)) for g, s, _ in gc.long] == [(2, 0.12)]  # logged later, outside the collection
     # A stop without its start (the clock registered mid-collection) is not counted.
     gc("stop", {"generation": 1})
     assert gc.count == [1, 0, 1]
@@ -52,6 +53,7 @@ def test_slow_turns_are_counted_with_the_collections_inside_them(caplog: pytest.
         watch.wrap(collected)()
     assert watch.summary() == {"turns": 2, "stalls": 1, "stalled_s": 0.15, "longest_ms": 150.0}
     assert "turn's work took 150.0 ms (gc 150.0 ms)" in caplog.text
+    assert "gc generation 2 took 150.0 ms" in caplog.text
 
 
 def test_a_turn_that_raises_is_still_timed() -> None:

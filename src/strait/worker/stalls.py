@@ -24,7 +24,7 @@ import os
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -46,6 +46,9 @@ class GcClock:
         self.count = [0, 0, 0]
         self.seconds = [0.0, 0.0, 0.0]
         self.longest_s = [0.0, 0.0, 0.0]
+        # Long collections not logged yet: (generation, seconds, objects collected). Logged by
+        # report(), never from inside the collection (a handler's lock may be held right then).
+        self.long: deque[tuple[int, float, int]] = deque(maxlen=100)
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
@@ -61,13 +64,17 @@ class GcClock:
         self.seconds[generation] += took
         self.longest_s[generation] = max(self.longest_s[generation], took)
         if took >= GC_LOG_S:
-            log.log(
-                logging.WARNING if _sampling() else logging.DEBUG,
-                "gc generation %d took %.1f ms (%s collected)",
-                generation,
-                took * 1000,
-                info.get("collected", "?"),
-            )
+            self.long.append((generation, took, int(info.get("collected", 0))))
+
+    def report(self) -> None:
+        """Log the long collections since the last call."""
+        level = logging.WARNING if _sampling() else logging.DEBUG
+        while True:
+            try:
+                generation, took, collected = self.long.popleft()  # several loops may report
+            except IndexError:
+                return
+            log.log(level, "gc generation %d took %.1f ms (%d collected)", generation, took * 1000, collected)
 
 
 _gc_clock: GcClock | None = None
@@ -168,6 +175,8 @@ class LoopWatch:
 
     def ended(self, took_s: float, gc_s: float) -> None:
         """Count a turn whose work took ``took_s`` (``gc_s`` of it in garbage collections)."""
+        if self._gc.long:
+            self._gc.report()
         self.turns += 1
         self.longest_s = max(self.longest_s, took_s)
         if took_s < self.stall_s:
