@@ -55,17 +55,16 @@ def balance_leaders(ws: Workspace) -> None:
         candidates = led[b_max]
         i = cursor.get(b_max, 0)
         moved = False
+        ceiling = count[b_max] - 1
         while i < len(candidates):
             pidx = candidates[i]
             # The follower with the fewest leaders that may lead (a leader swap may not push a
             # broker's traffic out of its band), if it has fewer than this broker by two or more.
             best = None
-            ceiling = count[b_max] - 1
-            followers = [(count[x], x) for x in ws.replicas[pidx][1:] if x in brokers_set]
-            followers.sort()
-            for c, x in followers:
-                if c >= ceiling:
-                    break
+            followers = [(count[x], x) for x in ws.replicas[pidx][1:] if x in brokers_set and count[x] < ceiling]
+            if len(followers) > 1:
+                followers.sort()
+            for _, x in followers:
                 if loads is None or loads.allows_lead(pidx, b_max, x):
                     best = x
                     break
