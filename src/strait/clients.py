@@ -118,14 +118,19 @@ class _AdminLogPump:
     def _run(self) -> None:
         while True:
             time.sleep(_ADMIN_LOG_PUMP_S)
-            with self._lock:
-                clients = list(self._clients)
-            for client in clients:
-                try:
-                    client.poll(0)
-                except Exception:  # a client being torn down: nothing to serve
-                    LIBRDKAFKA_LOG.debug("serving an admin client's logs failed", exc_info=True)
-            del clients
+            self._serve()
+
+    def _serve(self) -> None:
+        # A function of its own, so no client outlives the round in a local: a loop variable
+        # left bound to the last client polled kept that client alive for good (it was polled
+        # again each second), and an abandoned one printed librdkafka's FAIL lines at exit.
+        with self._lock:
+            clients = list(self._clients)
+        for client in clients:
+            try:
+                client.poll(0)
+            except Exception:  # a client being torn down: nothing to serve
+                LIBRDKAFKA_LOG.debug("serving an admin client's logs failed", exc_info=True)
 
 
 _pump = _AdminLogPump()

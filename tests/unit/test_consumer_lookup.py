@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import time
+import weakref
 from typing import Any
 
+import pytest
 from confluent_kafka import TopicPartition
 
+from strait import clients
 from strait.clients import Consumer, Producer
 
 
@@ -55,3 +60,19 @@ def test_a_producer_looks_a_topic_up_once_before_its_first_record() -> None:
     producer.look_up(["copy"])
     producer.close()  # waits for the lookup
     assert producer.asked == ["copy"]
+
+
+def test_the_admin_log_pump_keeps_no_client_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The pump's loop variable used to hold the last client it polled: an abandoned admin client
+    # then lived on, reconnecting, and printed librdkafka's FAIL lines at the end of a test run.
+    monkeypatch.setattr(clients, "_ADMIN_LOG_PUMP_S", 0.02)
+    admin = clients.admin({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    gone = weakref.ref(admin)
+    time.sleep(0.3)  # polled by the pump a few times
+    del admin
+    for _ in range(300):
+        gc.collect()
+        if gone() is None:
+            break
+        time.sleep(0.01)
+    assert gone() is None
