@@ -16,13 +16,17 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 @dataclass
 class ObservedFleet(Fleet):
-    """A `Fleet` whose configuration file carries an `observability` section."""
+    """A `Fleet` whose configuration file carries an `observability` section (and a `balance`
+    one, when given)."""
 
     observability: dict[str, Any] = field(default_factory=dict)
+    balance: dict[str, Any] = field(default_factory=dict)
 
     def config(self) -> dict[str, Any]:
         config = super().config()
         config["observability"] = {"sample_interval_s": 1.0, **self.observability}
+        if self.balance:
+            config["balance"] = self.balance
         return config
 
     def url(self, controller: str = "c1") -> str:

@@ -3,7 +3,9 @@
 A controller and a worker (real processes, on the session's sandbox clusters) copy a little
 traffic, so the families that only get series once records flow (counters, latency
 histograms, per-broker round trips) have them; a finished balancer execution in the source
-cluster gives the balancer families theirs. Then both `/metrics` pages are scraped.
+cluster gives the balancer families theirs, and the controller's balance watch (on the source
+cluster, measuring traffic, proposing nothing within the test) the watch families theirs. Then
+both `/metrics` pages are scraped.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ RECORDS = 200
 # checkpoint, a gap in the source offsets): a healthy fleet declares them (checked below) but
 # has no series for them yet.
 EVENT_ONLY = {"strait_partition_stuck", "strait_checkpoint_violations_total", "strait_offset_gaps_total"}
+# Families of the balance watch with series only while it proposes a plan.
+EVENT_ONLY |= {"strait_balance_proposal_moves"}
+# The watch on the source cluster: sizes given (so the disk spread is measured), traffic sampled
+# every second, and an after_s the test never reaches.
+WATCH = {"clusters": ["src"], "watch": True, "traffic": True, "interval_s": 1, "after_s": 3600}
+WATCH_CAPACITIES = {"src": {"*": "100GB"}}
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +49,7 @@ def fleet(sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         clusters={"src": src, "dst": sandbox.clusters["dst"].props()},
         routes=[{"name": ROUTE, "source": "src", "destination": "dst"}],
         workdir=tmp_path_factory.mktemp("grafana-fleet"),
+        balance={**WATCH, "capacities": WATCH_CAPACITIES},
     )
     try:
         fleet.start_controller("c1")
