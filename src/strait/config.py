@@ -214,13 +214,14 @@ class RouteConfig(_Model):
     # worker's successor may copy some records again). exactly-once: transactional producer,
     # checkpoints committed inside the destination transaction (see README).
     delivery: Literal["at-least-once", "exactly-once"] = "at-least-once"
-    # batch: copy whole record batches without decompressing them (strait.worker.batch), each
-    # partition whose batches cannot pass unchanged (compacted gaps, a destination
-    # compression.type other than the source's codec, old message formats) record by record,
-    # with the reason in its stats. record: every partition record by record. Exactly-once and
-    # active-active routes always copy record by record.
+    # batch (the default): copy whole record batches without decompressing them
+    # (strait.worker.batch), each partition whose batches cannot pass unchanged (compacted gaps,
+    # a destination compression.type other than the source's codec, old message formats) record
+    # by record, with the reason in its stats. record: every partition record by record.
+    # Exactly-once and active-active routes copy record by record whatever this says (the reason
+    # is in their stats too; see strait.worker.agent.copy_mode).
     # (`copy` in the file; `copy_mode` in code, as pydantic models have a copy() method.)
-    copy_mode: Literal["record", "batch"] = Field(default="record", alias="copy")
+    copy_mode: Literal["record", "batch"] = Field(default="batch", alias="copy")
     # exactly-once only: a transaction is committed at least this often (and sooner when
     # transaction_max_bytes were produced in it).
     transaction_interval_ms: int = Field(default=100, ge=10, le=60_000)

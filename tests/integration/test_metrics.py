@@ -82,7 +82,8 @@ def test_worker_and_controller_metrics_show_the_copied_records_and_lag(fleet: Ob
     assert total(worker, "strait_stage_seconds_count", stage="queued") == 2 * PER_PARTITION
     assert total(worker, "strait_stage_seconds_count", stage="fetch_wait") > 0
     assert total(worker, "strait_stage_seconds_count", stage="checkpoint_commit") > 0
-    # The destination broker's id labels the acknowledgements (from librdkafka's statistics).
+    # The destination broker's id labels the acknowledgements (the batch pipeline's own round
+    # trips; librdkafka's statistics in record mode).
     assert wait_until(
         lambda: total(worker_scrape(), "strait_broker_rtt_seconds", cluster="destination") > 0, 15
     ), "no per-broker round-trip times"

@@ -113,28 +113,50 @@ def route(**options: Any) -> RouteConfig:
     return RouteConfig.model_validate({"name": "r", "source": "a", "destination": "b", **options})
 
 
-def test_route_copy_mode() -> None:
-    assert route().copy_mode == "record"
+def test_batch_is_the_default_where_the_route_allows_it() -> None:
+    assert route().copy_mode == "batch"
+    assert copy_mode(route()) == ("batch", "")
     assert copy_mode(route(copy="batch")) == ("batch", "")
-    assert copy_mode(route()) == ("record", "route option copy: record")
-    assert copy_mode(route(copy="batch", delivery="exactly-once"))[0] == "record"
-    assert copy_mode(route(copy="batch", active_active=True))[0] == "record"
+    assert copy_mode(route(delivery="at-least-once", offset_map=False, naming={"prefix": "a."})) == ("batch", "")
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        ({"copy": "record"}, "route option copy: record"),
+        ({"delivery": "exactly-once"}, "exactly-once route"),
+        ({"delivery": "exactly-once", "copy": "batch"}, "exactly-once route"),
+        ({"active_active": True}, "active-active route"),
+        ({"active_active": True, "copy": "batch"}, "active-active route"),
+        # What the route asked for comes first: nothing fell back.
+        ({"delivery": "exactly-once", "copy": "record"}, "route option copy: record"),
+    ],
+)
+def test_record_mode_where_the_route_asks_for_it_or_cannot_take_batches(options: dict[str, Any], reason: str) -> None:
+    mode, why = copy_mode(route(**options))
+    assert mode == "record" and why.startswith(reason)
+
+
+def test_copy_takes_record_or_batch_only() -> None:
     with pytest.raises(ValueError, match="copy"):
         route(copy="bytes")
 
 
 def _fleet_view() -> dict[str, Any]:
-    keys = [PartitionKey("bulk", "logs", p) for p in range(3)] + [PartitionKey("plain", "t", 0)]
+    keys = [PartitionKey("bulk", "logs", p) for p in range(3)]
+    keys += [PartitionKey("plain", "t", 0), PartitionKey("tx", "t", 0)]
     partitions = {
         str(keys[0]): {"bytes": 1, "mode": "batch", "mode_reason": ""},
         str(keys[1]): {"bytes": 1, "mode": "batch", "mode_reason": ""},
         str(keys[2]): {"bytes": 1, "mode": "record", "mode_reason": "compacted_gap: offsets 4..9 missing"},
         str(keys[3]): {"bytes": 1, "mode": "record", "mode_reason": "route option copy: record"},
+        str(keys[4]): {"bytes": 1, "mode": "record", "mode_reason": "exactly-once route (no batches yet)"},
     }
     snapshot = ClusterSnapshot(
         topics={
             ("bulk", "logs"): TopicSpec("bulk", "logs", "logs", partitions=3),
             ("plain", "t"): TopicSpec("plain", "t", "t", partitions=1),
+            ("tx", "t"): TopicSpec("tx", "t", "t", partitions=1),
         },
         removed=frozenset(),
         workers={"w1": WorkerRecord("w1", WorkerState.ACTIVE)},
@@ -160,7 +182,9 @@ def test_status_shows_each_copy_mode_and_why_record_by_record() -> None:
     console.print(render(view))
     text = console.file.getvalue()  # type: ignore[attr-defined]
     assert "Copy modes" in text and "compacted_gap: offsets 4..9 missing" in text
-    assert "route option copy: record" not in text  # a record route is not listed per partition
+    # A route that fell back to record mode says why; one that chose record mode is left out.
+    assert "exactly-once route (no batches yet)" in text
+    assert "route option copy: record" not in text
 
 
 @pytest.mark.parametrize("how", ["revoke", "abandon"])

@@ -80,12 +80,13 @@ def _routes(view: dict[str, Any]) -> Table:
 
 
 def _copy_modes(view: dict[str, Any]) -> Table | None:
-    """Partitions per route and copy mode, with why record by record (only where batch mode is in play)."""
+    """Partitions per route and copy mode, with why record by record (routes that chose
+    `copy: record` are left out: nothing fell back there)."""
     rows = view.get("copy_modes") or []
-    # A route-wide reason (copy: record, exactly-once, active-active) says nothing per partition.
-    route_wide = ("route option", "exactly-once route", "active-active route")
-    batch_routes = {r["route"] for r in rows if r["mode"] == "batch" or not r["reason"].startswith(route_wide)}
-    rows = [r for r in rows if r["route"] in batch_routes]
+    # Batch is the default: an exactly-once or active-active route, or a partition whose batches
+    # cannot pass unchanged, fell back to record mode and is listed with its reason.
+    shown = {r["route"] for r in rows if not r["reason"].startswith("route option copy: record")}
+    rows = [r for r in rows if r["route"] in shown]
     if not rows:
         return None
     table = Table("route", "mode", "partitions", "why record by record", title="Copy modes")

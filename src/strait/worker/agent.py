@@ -77,15 +77,24 @@ class RouteCopier(Protocol):
 
 CopierFactory = Callable[[RouteConfig], RouteCopier]
 
+# The reason a partition of a route that chose `copy: record` gives (`strait status` leaves such
+# routes out of its copy mode table: nothing fell back there).
+ROUTE_OPTION_RECORD = "route option copy: record"
+
 
 def copy_mode(route: RouteConfig) -> tuple[Literal["record", "batch"], str]:
-    """How a route's partitions are copied, and why record by record when they are."""
-    if route.delivery == "exactly-once":
-        return "record", "exactly-once route (transactional pipeline)"
-    if route.active_active:
-        return "record", "active-active route (origin header on each record)"
+    """How a route's partitions are copied, and why record by record when they are.
+
+    Batch (the default) where the route allows it; the batch pipeline may still hand single
+    partitions to record mode (strait.worker.batch.compat). A route that asks for record mode
+    gets it; exactly-once and active-active routes copy record by record whatever they ask.
+    """
     if route.copy_mode == "record":
-        return "record", "route option copy: record"
+        return "record", ROUTE_OPTION_RECORD
+    if route.delivery == "exactly-once":
+        return "record", "exactly-once route (batch mode has no transactional producer yet)"
+    if route.active_active:
+        return "record", "active-active route (each copy carries the strait.origin header)"
     return "batch", ""
 
 
@@ -110,6 +119,7 @@ def copier_factory(
             from strait.offsetmap.store import MapWriter
 
             extra["offset_map"] = MapWriter(destination, route.name, client_id=f"strait-{route.name}-{worker_id}")
+        copy, copy_reason = copy_mode(route)
         copier = Copier(
             route=route.name,
             source=source,
@@ -121,8 +131,8 @@ def copier_factory(
             observer=None if metrics is None else metrics.route(route.name),
             lease=valid,
             origin=OriginRule(route.source, route.destination) if route.active_active else None,
-            copy=copy_mode(route)[0],
-            copy_reason=copy_mode(route)[1],
+            copy=copy,
+            copy_reason=copy_reason,
             # Destination topics are created without the settings the route keeps apart.
             destinations=DestinationTopics(
                 source=source,
