@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import httpx
@@ -34,6 +35,7 @@ from strait.demo import Fleet
 from strait.metrics.balance import WatchCollector
 from strait.sandbox import Sandbox, SandboxSpec
 from strait.web.balance import mount_balance_watch
+from tests.integration.balancing import wait
 
 pytestmark = pytest.mark.integration
 
@@ -57,15 +59,7 @@ def settings(**options: Any) -> BalanceConfig:
     return BalanceConfig(capacities={NAME: CAPACITY}, clusters=[NAME], watch=True, interval_s=1.0, **options)
 
 
-def _wait(cond: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.5)
+_wait = partial(wait, every=0.5)
 
 
 def assess(c: dict[str, Any]) -> imbalance.Assessment:

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from strait.balancer.state import StateStore
 from strait.balancer.throttle import BROKER_KEYS, DIR_RATE, TOPIC_KEYS
 from strait.sandbox import Sandbox
 from strait.security import acls
+from tests.integration.balancing import wait
 
 pytestmark = pytest.mark.integration
 
@@ -62,15 +63,7 @@ RECORD = b"b" * 1000
 SLOW = "2KB"  # after its first chunk, a move stays in flight for minutes at this rate, even on a loaded machine
 
 
-def _wait(cond: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.3)
+_wait = partial(wait, every=0.3)
 
 
 def _filter(permission: acls.Permission) -> AclBindingFilter:

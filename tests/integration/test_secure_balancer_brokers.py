@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -37,6 +38,7 @@ from strait.balancer.throttle import (
 )
 from strait.sandbox import Sandbox, SandboxSpec
 from strait.security import acls
+from tests.integration.balancing import wait
 from tests.integration.test_secure_balancer import PRINCIPAL, _filter, _holds_exactly
 
 pytestmark = pytest.mark.integration
@@ -48,15 +50,7 @@ SLOW = 20_000  # bytes/s: a move stays in flight long after its first fetch
 BROKERS = (1, 2)
 
 
-def _wait(cond: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.3)
+_wait = partial(wait, every=0.3)
 
 
 @pytest.fixture(scope="module")
