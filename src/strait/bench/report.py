@@ -79,12 +79,12 @@ def load_all(results_dir: Path) -> dict[str, dict[str, Any]]:
 
 def _latency_md(doc: dict[str, Any]) -> list[str]:
     rows = []
-    for r in sorted(doc["runs"], key=lambda r: (r["rate"], r["system"], r.get("repeat", 0))):
+    for r in sorted(doc["runs"], key=lambda r: (r["rate"], r["system"], r.get("copy") or "", r.get("repeat", 0))):
         lat = r.get("latency", {})
         rows.append(
             [
                 _n(r["rate"]),
-                "Strait" if r["system"] == "strait" else "MM2",
+                ("Strait" + (f" ({r['copy']})" if r.get("copy") else "")) if r["system"] == "strait" else "MM2",
                 str(r.get("repeat", 0) + 1),
                 _n(r.get("achieved_rate")),
                 _n(lat.get("p50_ms"), 1),
@@ -115,7 +115,7 @@ def _latency_md(doc: dict[str, Any]) -> list[str]:
         ["rate", "p50 ratio", "p99 ratio", "p99.9 ratio", "p50, best runs", "p99, best runs", "p99.9, best runs"],
         [
             [
-                _n(q["rate"]),
+                _n(q["rate"]) + (f" ({q['copy']})" if q.get("copy") else ""),
                 *(
                     _n(q.get(k), 2)
                     for k in ("p50_ms", "p99_ms", "p999_ms", "best_p50_ms", "best_p99_ms", "best_p999_ms")
@@ -298,7 +298,8 @@ def _summary(results: dict[str, dict[str, Any]]) -> list[str]:
         )
     if "latency" in results:
         parts = [
-            f"at {_n(q['rate'])}/s p50 {_n(q.get('p50_ms'), 2)}, p99 {_n(q.get('p99_ms'), 2)}, "
+            f"at {_n(q['rate'])}/s{' (' + q['copy'] + ')' if q.get('copy') else ''} "
+            f"p50 {_n(q.get('p50_ms'), 2)}, p99 {_n(q.get('p99_ms'), 2)}, "
             f"p99.9 {_n(q.get('p999_ms'), 2)} (best runs: {_n(q.get('best_p50_ms'), 2)}, "
             f"{_n(q.get('best_p99_ms'), 2)}, {_n(q.get('best_p999_ms'), 2)})"
             for q in results["latency"]["ratios"]

@@ -205,6 +205,9 @@ def latency(
     size: int = typer.Option(100, help="Record size in bytes."),
     parallelism: int = typer.Option(1, help="Strait worker processes = MirrorMaker tasks."),
     repeats: int = typer.Option(1, help="Repeat each rate (system order alternates each time)."),
+    copy: str = typer.Option(
+        "default", "--copy", help="Strait's route copy modes: default (the route's), record, batch (comma-separated)."
+    ),
     systems: str = _SYSTEMS,
     results_dir: Path = _RESULTS,
     markdown: Path = _MARKDOWN,
@@ -213,6 +216,8 @@ def latency(
 ) -> None:
     """Steady traffic at fixed rates: end-to-end latency p50 / p99 / p99.9."""
     from strait.bench import scenarios
+
+    copies = _default_or_copies(copy)
 
     _session(
         systems,
@@ -230,9 +235,17 @@ def latency(
                 size=size,
                 parallelism=parallelism,
                 repeats=repeats,
+                copies=copies,
             )
         ],
     )
+
+
+def _default_or_copies(copy: str) -> list[str | None]:
+    copies: list[str | None] = [None if c == "default" else c for c in _words(copy)]
+    if not copies or any(c not in (None, "record", "batch") for c in copies):
+        raise typer.BadParameter("--copy takes default, record and/or batch", param_hint="--copy")
+    return copies
 
 
 @app.command()
@@ -269,9 +282,7 @@ def isolation(
     """Fetch isolation: a realtime topic's p50 / p99 without and with another topic catching up a backlog."""
     from strait.bench import machine, scenarios
 
-    copies = [None if c == "default" else c for c in _words(copy)]
-    if not copies or any(c not in (None, "record", "batch") for c in copies):
-        raise typer.BadParameter("--copy takes default, record and/or batch", param_hint="--copy")
+    copies = _default_or_copies(copy)
     profiles = _mm2_profiles(mm2_profile)
     try:
         load = machine.check_quiet(None if ignore_load else max_load)

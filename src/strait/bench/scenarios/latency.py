@@ -37,22 +37,33 @@ def latency(
     size: int = 100,
     parallelism: int = 1,
     repeats: int = 1,
+    copies: Sequence[str | None] = (None,),
 ) -> dict[str, Any]:
-    """Steady traffic at fixed rates; end-to-end latency from send to arrival at the destination."""
+    """Steady traffic at fixed rates; end-to-end latency from send to arrival at the destination.
+
+    ``copies``: Strait's route ``copy`` modes to measure, each its own run (None: the route's
+    default); MirrorMaker runs once per rate."""
     runs = []
     for repeat in range(repeats):
         for rate in rates:
             for system in bench.order(repeat):
-                bench.log(f"latency: {system} x{parallelism} at {rate:,.0f} records/s for {duration_s:.0f}s")
-                run = _latency_run(bench, system, rate, duration_s, warmup_s, partitions, size, parallelism)
-                run["repeat"] = repeat
-                runs.append(run)
-                lat = run.get("latency", {})
-                bench.log(
-                    f"  -> p50 {lat.get('p50_ms', float('nan')):.1f} ms, p99 {lat.get('p99_ms', float('nan')):.1f} ms, "
-                    f"p99.9 {lat.get('p999_ms', float('nan')):.1f} ms, {missing_words(run.get('verify', {}))}"
-                    + (f" FAILED: {run['error']}" if run.get("error") else "")
-                )
+                for copy in copies if system == "strait" else (None,):
+                    mode = f" copy {copy}" if copy else ""
+                    bench.log(
+                        f"latency: {system}{mode} x{parallelism} at {rate:,.0f} records/s for {duration_s:.0f}s"
+                    )
+                    run = _latency_run(
+                        bench, system, rate, duration_s, warmup_s, partitions, size, parallelism, copy=copy
+                    )
+                    run["repeat"] = repeat
+                    runs.append(run)
+                    lat = run.get("latency", {})
+                    bench.log(
+                        f"  -> p50 {lat.get('p50_ms', float('nan')):.1f} ms, "
+                        f"p99 {lat.get('p99_ms', float('nan')):.1f} ms, "
+                        f"p99.9 {lat.get('p999_ms', float('nan')):.1f} ms, {missing_words(run.get('verify', {}))}"
+                        + (f" FAILED: {run['error']}" if run.get("error") else "")
+                    )
     ratios = latency_ratios(runs, rates)
     return {
         "scenario": "latency",
@@ -64,6 +75,7 @@ def latency(
             "size": size,
             "parallelism": parallelism,
             "repeats": repeats,
+            "copies": [c or "default" for c in copies],
         },
         "runs": runs,
         "ratios": ratios,
@@ -81,15 +93,18 @@ def _latency_run(
     parallelism: int,
     *,
     delivery: str | None = None,
+    copy: str | None = None,
 ) -> dict[str, Any]:
-    """One rate. With ``delivery`` (Strait's route setting) the reader reads ``read_committed``."""
-    label = [system, int(rate)] + ([delivery] if delivery else [])
+    """One rate. With ``delivery`` (Strait's route setting) the reader reads ``read_committed``;
+    ``copy`` sets Strait's route copy mode (None: the route's default)."""
+    label = [system, int(rate)] + ([delivery] if delivery else []) + ([copy] if copy else [])
     run_dir = bench.run_dir(topic_name("latency", *label))
     topic = topic_name("lat", uuid.uuid4().hex[:6], int(rate), system)
     workload.create_topics(bench.src, [topic], partitions)
-    replicator = bench.replicator(system, run_dir, parallelism=parallelism, delivery=delivery)
+    replicator = bench.replicator(system, run_dir, parallelism=parallelism, delivery=delivery, strait_copy=copy)
     result: dict[str, Any] = {
         **({"delivery": delivery} if delivery else {}),
+        **({"copy": copy} if copy else {}),
         "system": system,
         "rate": rate,
         "parallelism": parallelism,
@@ -134,20 +149,30 @@ def _latency_run(
 
 
 def latency_ratios(runs: Sequence[dict[str, Any]], rates: Sequence[float]) -> list[dict[str, Any]]:
-    """Strait / MM2 per rate and percentile: of the mean over repeats, and of each system's best run."""
+    """Strait / MM2 per rate, Strait copy mode and percentile: of the mean over repeats, and of
+    each system's best run. A row names its copy mode (``copy``) when a run set one."""
     rows = []
+    copies = sorted({r.get("copy") for r in runs if r["system"] == "strait"}, key=lambda c: c or "") or [None]
     for rate in rates:
-        row: dict[str, Any] = {"rate": rate}
-        for q in ("p50_ms", "p99_ms", "p999_ms"):
-            values = {
-                s: [r["latency"].get(q) for r in runs if r["system"] == s and r["rate"] == rate and "latency" in r]
-                for s in SYSTEMS
-            }
-            means = {s: mean(v) for s, v in values.items()}
-            bests = {s: min((x for x in v if x is not None), default=None) for s, v in values.items()}
-            row[f"strait_{q}"] = means["strait"]
-            row[f"mm2_{q}"] = means["mm2"]
-            row[q] = ratio(means["strait"], means["mm2"])
-            row[f"best_{q}"] = ratio(bests["strait"], bests["mm2"])
-        rows.append(row)
+        for copy in copies:
+            row: dict[str, Any] = {"rate": rate, **({"copy": copy} if copy else {})}
+            for q in ("p50_ms", "p99_ms", "p999_ms"):
+                values = {
+                    s: [
+                        r["latency"].get(q)
+                        for r in runs
+                        if r["system"] == s
+                        and r["rate"] == rate
+                        and "latency" in r
+                        and (s != "strait" or r.get("copy") == copy)
+                    ]
+                    for s in SYSTEMS
+                }
+                means = {s: mean(v) for s, v in values.items()}
+                bests = {s: min((x for x in v if x is not None), default=None) for s, v in values.items()}
+                row[f"strait_{q}"] = means["strait"]
+                row[f"mm2_{q}"] = means["mm2"]
+                row[q] = ratio(means["strait"], means["mm2"])
+                row[f"best_{q}"] = ratio(bests["strait"], bests["mm2"])
+            rows.append(row)
     return rows
