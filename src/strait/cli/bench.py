@@ -714,6 +714,57 @@ def zookeeper(
 
 
 @app.command()
+def planner(
+    size: str = typer.Option("both", help="small (100 brokers, 100k replicas), large (1,000, 1M) or both."),
+    goals: str = typer.Option("traffic", help="disks, traffic, tiers or all."),
+    seed: int = typer.Option(7, help="Seed of the generated cluster and its traffic."),
+    results_dir: Path = _RESULTS,
+) -> None:
+    """No cluster: time (wall and CPU) and peak memory of planning a rebalance of generated
+    clusters, up to 1,000 brokers x 12 disks x 1M replicas (goal < 10 s with traffic)."""
+    import json
+
+    from strait.bench import balancer_plan
+
+    try:
+        chosen = balancer_plan.cases(size, goals)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    runs = []
+    for s, g in chosen:
+        result = balancer_plan.run(s, g, seed)
+        typer.echo(balancer_plan.describe(result))
+        runs.append(result)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / "planner.json"
+    doc = {"runs": runs, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    typer.echo(f"wrote {path}")
+
+
+@app.command()
+def longtail(
+    small: int = typer.Option(24, help="Small partitions (60 KB each)."),
+    big_mb: float = typer.Option(4.0, help="Size of the big partition, MB."),
+    throttle: int = typer.Option(150_000, help="Replication throttle, bytes/s."),
+    window: int = typer.Option(4, help="Moves in flight (the batch size in batch mode)."),
+    results_dir: Path = _RESULTS,
+) -> None:
+    """The balancer's executor on a 4-broker sandbox: one big partition and many small ones moved
+    in batch mode, then with the pipelined window; wall times and the ratio."""
+    import json
+
+    from strait.bench import balancer_longtail
+
+    result = balancer_longtail.run(small=small, big_mb=big_mb, throttle=throttle, window=window, log=typer.echo)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / "longtail.json"
+    result["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    typer.echo(f"wrote {path}")
+
+
+@app.command()
 def report(results_dir: Path = _RESULTS, markdown: Path = _MARKDOWN) -> None:
     """Regenerate the Markdown report (and plots) from the result files."""
     from strait.bench import report as reporting
