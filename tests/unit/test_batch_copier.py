@@ -23,7 +23,7 @@ from strait.coordination.model import (
     WorkerState,
 )
 from strait.metrics.observatory import Observatory, ObservatorySettings
-from strait.worker import copier as copier_module
+from strait.worker import starts
 from strait.worker.agent import copy_mode
 from strait.worker.copier import Copier
 from strait.worker.pipeline import PartitionState
@@ -57,7 +57,7 @@ def make(copy: Any, reason: str = "") -> Copier:
 
 @pytest.fixture
 def batch_copier(monkeypatch: pytest.MonkeyPatch) -> Iterator[Copier]:
-    monkeypatch.setattr(copier_module, "START_RETRY_S", 0.05)
+    monkeypatch.setattr(starts, "START_RETRY_S", 0.05)
     copier = make("batch")
     copier.start()
     yield copier

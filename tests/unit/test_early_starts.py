@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from strait.worker import copier as copier_module
+from strait.worker import starts
 from strait.worker.copier import Copier
 from strait.worker.source_checkpoints import EarlyStarts, StartOffsets
 from strait.worker.startup import DESTINATION_READY, HANDED, OFFSETS_READ
@@ -106,7 +106,7 @@ def parts() -> tuple[Copier, EarlyCheckpoints, GatedDestinations]:
 def test_the_copier_reads_start_offsets_while_the_destination_is_made_ready(
     parts: tuple[Copier, EarlyCheckpoints, GatedDestinations], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(copier_module, "START_RETRY_S", 0.05)
+    monkeypatch.setattr(starts, "START_RETRY_S", 0.05)
     copier, store, destinations = parts
     resumed, latest = _task(0), _task(1, start="latest")
     store.committed[resumed] = 7

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from strait.worker import copier as copier_module
+from strait.worker import moves, starts
 from strait.worker.checkpoint import AckTracker, start_offset
 from strait.worker.copier import Copier
 from strait.worker.destination import DestinationError
+from strait.worker.entries import Entry
 from strait.worker.lease import Lease
 from strait.worker.pipeline import PartitionState
 from strait.worker.source_checkpoints import StartOffsets
@@ -172,9 +173,9 @@ def _task(partition: int = 0, topic: str = "orders", start: str = "earliest") ->
 
 @pytest.fixture
 def harness(monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
-    monkeypatch.setattr(copier_module, "MIN_DWELL_S", 0.0)
-    monkeypatch.setattr(copier_module, "CLASSIFY_INTERVAL_S", 0.02)
-    monkeypatch.setattr(copier_module, "START_RETRY_S", 0.05)
+    monkeypatch.setattr(moves, "MIN_DWELL_S", 0.0)
+    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.02)
+    monkeypatch.setattr(starts, "START_RETRY_S", 0.05)
     checkpoints, destinations = FakeCheckpoints(), FakeDestinations()
     copier = Copier(
         route=ROUTE,
@@ -306,9 +307,9 @@ def test_assigned_partitions_have_their_destination_topics_prepared_at_once(harn
 def test_a_failed_start_is_tried_again_soon_then_less_and_less_often(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(copier_module, "START_RETRY_S", 5.0)
-    monkeypatch.setattr(copier_module, "FIRST_START_RETRY_S", 0.25)
-    entry = copier_module._Entry(state=PartitionState(_task()))
+    monkeypatch.setattr(starts, "START_RETRY_S", 5.0)
+    monkeypatch.setattr(starts, "FIRST_START_RETRY_S", 0.25)
+    entry = Entry(state=PartitionState(_task()))
     waits = []
     for _ in range(7):
         before = time.monotonic()
@@ -353,7 +354,7 @@ def test_stop_with_drain_hands_every_partition_over(harness: Harness) -> None:
 def test_partitions_wait_to_start_while_the_workers_lease_is_not_confirmed(monkeypatch: pytest.MonkeyPatch) -> None:
     # A worker frozen past its session wakes up with a copier that does not know yet: starting
     # a partition assigned before the freeze would write beside its new owner.
-    monkeypatch.setattr(copier_module, "START_RETRY_S", 0.05)
+    monkeypatch.setattr(starts, "START_RETRY_S", 0.05)
     lease = Lease(valid_for_s=60)
     checkpoints = FakeCheckpoints()
     copier = Copier(

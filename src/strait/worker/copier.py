@@ -8,6 +8,8 @@ replication lag, and they only cover records the destination acknowledged.
 
 Threads: one control thread (starting partitions, hand-overs, moves between pipelines,
 checkpoint commits) and one thread per fetch pipeline (see :mod:`strait.worker.fetch`).
+Starting partitions is in :mod:`strait.worker.starts`, the choice of pipeline and the moves
+between pipelines in :mod:`strait.worker.moves`.
 """
 
 from __future__ import annotations
@@ -16,28 +18,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from confluent_kafka import KafkaException
 
-from strait.access_errors import explain
 from strait.metrics.stages import CopyObserver
 from strait.offsetmap.store import MapWriter
 from strait.worker.checkpoint import checkpoint_violation
 from strait.worker.destination import DestinationTopics
+from strait.worker.entries import DestinationManager, Entry, PartitionStats, snapshot
 from strait.worker.fetch import RecordPipeline
 from strait.worker.lease import always
+from strait.worker.moves import Moves
 from strait.worker.origin import OriginRule
 from strait.worker.pipeline import CATCHUP_SETTINGS, PartitionState, Pipeline, PipelineSettings
-from strait.worker.source_checkpoints import (
-    ADMIN_TIMEOUT_S,
-    CheckpointStore,
-    EarlyStarts,
-    SourceCheckpoints,
-    StartOffsets,
-)
-from strait.worker.startup import DESTINATION_READY, HANDED, OFFSETS_READ, mark
+from strait.worker.source_checkpoints import ADMIN_TIMEOUT_S, CheckpointStore, EarlyStarts, SourceCheckpoints
+from strait.worker.starts import PartitionStarts
 from strait.worker.task import PartitionTask
 
 log = logging.getLogger(__name__)
@@ -46,104 +42,14 @@ REALTIME = "realtime"
 CATCHUP = "catchup"
 BATCH = "batch"
 
-# Starting a partition needs the source and destination admin APIs; when they fail the
-# partition is tried again after FIRST_START_RETRY_S, doubling up to START_RETRY_S. The first
-# tries come soon: a topic created a moment ago is often not yet known to every broker
-# (UNKNOWN_TOPIC, NOT_LEADER) for a few hundred milliseconds, and a new topic's first record
-# used to wait the full 5 s for that.
-START_RETRY_S = 5.0
-FIRST_START_RETRY_S = 0.25
-# A partition stays in a pipeline at least this long, so a lag that hovers around the
-# threshold does not bounce it between pipelines (each move is a short drain).
-MIN_DWELL_S = 5.0
-CLASSIFY_INTERVAL_S = 1.0
-# A partition whose destination topic is still being made ready is looked at again this soon.
-DESTINATION_CHECK_S = 0.05
-
-Phase = Literal["starting", "running", "moving", "releasing"]
 CopyMode = Literal["record", "batch"]
 
 PipelineFactory = Callable[..., Pipeline]
 
-
-@dataclass(frozen=True)
-class PartitionStats:
-    """A snapshot of one assigned partition.
-
-    ``state`` is ``ok``, ``starting``, ``moving`` (between pipelines), ``draining`` (being
-    revoked) or ``failed:<reason>``; a failed partition copies nothing until it is revoked and
-    assigned again (failures while starting are retried every few seconds).
-    ``lag`` is the source end offset minus the checkpoint, as consumer-group tooling shows it.
-    ``last_progress`` is the Unix time of the last acknowledged record. ``records``, ``bytes``
-    and ``rewinds`` count from this process's start over every time the partition was assigned
-    to it: they are Prometheus counters, which must not go back while the process lives (a
-    worker frozen past its session gives its partitions up and takes them again).
-    """
-
-    records: int
-    bytes: int
-    checkpoint: int | None
-    committed: int | None
-    source_end: int | None
-    lag: int | None
-    state: str
-    pipeline: str | None
-    in_flight: int
-    last_progress: float | None
-    rewinds: int
-    skipped: int
-    # "batch" or "record", and why a partition of a batch route runs in record mode.
-    mode: str = "record"
-    mode_reason: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict."""
-        return asdict(self)
+__all__ = ["Copier", "CopyMode", "DestinationManager", "PartitionStats"]
 
 
-class DestinationManager(Protocol):
-    """Makes destination topics ready; :class:`DestinationTopics` is the real one."""
-
-    def ensure(self, source_topic: str, destination_topic: str, *, min_partitions: int = 0) -> int:
-        """Create or grow the destination topic; raises DestinationError or KafkaException."""
-
-    def ensure_many(self, wanted: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int | Exception]:
-        """``ensure`` for many (source, destination) pairs at once; failures are returned, not raised."""
-
-    def prepare(self, wanted: Mapping[tuple[str, str], int]) -> None:
-        """Start ``ensure_many``'s work in the background; returns at once."""
-
-    def ready(self, wanted: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int | Exception]:
-        """``ensure_many`` without waiting: pairs still being made ready are left out (and started)."""
-
-    def forget(self, destination_topic: str) -> None:
-        """Check the topic again next time."""
-
-
-@dataclass
-class _Entry:
-    """The control thread's view of one assigned partition."""
-
-    state: PartitionState
-    phase: Phase = "starting"
-    pipeline: Pipeline | None = None
-    target: Pipeline | None = None
-    released: threading.Event | None = None
-    next_attempt: float = 0.0
-    since: float = 0.0
-    start_error: str | None = None
-    start_failures: int = 0  # failed starts in a row (the retry backs off)
-    revoke_deadline: float | None = None
-    revoked: threading.Event = field(default_factory=threading.Event)
-    # Abandoned: stopped without a final commit (cut off from coordination, a successor may
-    # already own the partition).
-    abandoned: bool = False
-    overdue_logged: bool = False
-    # Assigned again while its revoke was still in progress: started afresh once it ends.
-    successor: PartitionTask | None = None
-
-
-class Copier:
+class Copier(PartitionStarts):
     """Copies the partitions assigned to this worker for one route (source → destination cluster).
 
     ``source``/``destination`` are librdkafka property maps of the two clusters. Checkpoints are
@@ -223,8 +129,15 @@ class Copier:
 
                 batch_factory = BatchPipeline
             self._batch = batch_factory(name=BATCH, settings=catchup_settings, **common)
+        self._moves = Moves(
+            realtime=self._realtime,
+            catchup=self._catchup,
+            batch=self._batch,
+            threshold=catchup_lag_threshold,
+            copy_reason=copy_reason,
+        )
         self._lock = threading.Lock()
-        self._entries: dict[PartitionTask, _Entry] = {}
+        self._entries: dict[PartitionTask, Entry] = {}
         # Records, bytes and rewinds of the partitions' earlier assignments here (see PartitionStats).
         self._earlier: dict[tuple[str, int], tuple[int, int, int]] = {}
         self._wake = threading.Event()
@@ -233,7 +146,6 @@ class Copier:
         self._started = False
         self._stopped = False
         self._next_commit = 0.0
-        self._next_classify = 0.0
 
     # -- public interface ------------------------------------------------------------------
 
@@ -242,7 +154,7 @@ class Copier:
         if self._started:
             return
         self._started = True
-        for pipeline in self._pipelines():
+        for pipeline in self._moves.pipelines():
             pipeline.start()
         self._thread.start()
 
@@ -272,7 +184,7 @@ class Copier:
                     continue
                 if clash is not None:
                     raise ValueError(f"{task.topic}/{task.partition} is already assigned as {clash.state.task!r}")
-                self._entries[task] = _Entry(state=PartitionState(task))
+                self._entries[task] = Entry(state=PartitionState(task))
                 added.append(task)
         if added:
             # Their destination topics get ready meanwhile, while other partitions still start.
@@ -347,7 +259,7 @@ class Copier:
             # The earlier counts under the same lock as the entries: a partition finishing its
             # revoke meanwhile is counted once, either as an entry or as earlier counts.
             entries = [(t, e, self._earlier.get((t.topic, t.partition))) for t, e in self._entries.items()]
-        return {task: self._snapshot(entry, earlier) for task, entry, earlier in entries}
+        return {task: snapshot(entry, earlier) for task, entry, earlier in entries}
 
     def stop(self, drain: bool = True, timeout_s: float = 30) -> None:
         """Stop copying. ``drain=True`` hands every partition over cleanly first (see :meth:`revoke`).
@@ -366,7 +278,7 @@ class Copier:
             self._thread.join(max(1.0, deadline - time.monotonic()) + ADMIN_TIMEOUT_S)
         self._stopped = True
         flush_s = max(0.0, min(5.0, deadline - time.monotonic()))
-        for pipeline in self._pipelines():
+        for pipeline in self._moves.pipelines():
             pipeline.stop(flush_s)
         with self._lock:
             remaining = [e for e in self._entries.values() if e.phase != "starting"]
@@ -378,10 +290,6 @@ class Copier:
             self._offset_map.close()
 
     # -- control thread --------------------------------------------------------------------
-
-    def _pipelines(self) -> list[Pipeline]:
-        pipelines = [self._realtime] if self._catchup is None else [self._realtime, self._catchup]
-        return pipelines if self._batch is None else [*pipelines, self._batch]
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -396,8 +304,8 @@ class Copier:
         now = time.monotonic()
         with self._lock:
             entries = list(self._entries.values())
-        starting: list[_Entry] = []
-        finished: list[_Entry] = []
+        starting: list[Entry] = []
+        finished: list[Entry] = []
         for entry in entries:
             if entry.revoke_deadline is not None:
                 if self._advance_revoke(entry, now):
@@ -406,7 +314,7 @@ class Copier:
                 if now >= entry.next_attempt:
                     starting.append(entry)
             elif entry.phase == "moving":
-                self._advance_move(entry, now)
+                self._moves.advance(entry, now)
         if finished:
             self._finish_revokes(finished)
         if starting and self._lease():
@@ -416,13 +324,10 @@ class Copier:
         if now >= self._next_commit:
             self._next_commit = now + self._commit_interval_s
             self._commit([e for e in entries if e.phase != "starting" and e.revoke_deadline is None])
-        if self._catchup is not None and now >= self._next_classify:
-            self._next_classify = now + CLASSIFY_INTERVAL_S
-            self._classify(entries, now)
-        if self._batch is not None:
-            self._to_record_mode(entries)
+        self._moves.classify(entries, now)
+        self._moves.to_record_mode(entries)
 
-    def _advance_revoke(self, entry: _Entry, now: float) -> bool:
+    def _advance_revoke(self, entry: Entry, now: float) -> bool:
         """Move a revoke forward; True once the partition can be committed and dropped."""
         if entry.phase == "starting":
             return True
@@ -449,7 +354,7 @@ class Copier:
             )
         return False
 
-    def _finish_revokes(self, finished: list[_Entry]) -> None:
+    def _finish_revokes(self, finished: list[Entry]) -> None:
         self._commit([e for e in finished if not e.abandoned], final=True)
         with self._lock:
             for entry in finished:
@@ -471,7 +376,7 @@ class Copier:
                     # The next assignment checks the destination again (it may have been deleted).
                     self._destinations.forget(task.destination_topic)
                 if entry.successor is not None and not self._stopping.is_set():
-                    self._entries[entry.successor] = _Entry(state=PartitionState(entry.successor))
+                    self._entries[entry.successor] = Entry(state=PartitionState(entry.successor))
                 entry.revoked.set()
 
     def _drop_unstarted(self, events: list[threading.Event]) -> None:
@@ -483,189 +388,7 @@ class Copier:
                         self._early.forget([task])
                     entry.revoked.set()
 
-    def _advance_move(self, entry: _Entry, now: float) -> None:
-        if entry.released is None or not entry.released.is_set():
-            return
-        state = entry.state
-        if state.failed or state.tracker is None or entry.target is None:
-            entry.phase = "running"
-            return
-        # Nothing of the partition is in flight: the checkpoint is the exact resume point.
-        checkpoint = state.checkpoint
-        entry.target.add(state, state.tracker.position if checkpoint is None else checkpoint, move=True)
-        entry.pipeline, entry.target, entry.released = entry.target, None, None
-        entry.phase = "running"
-        entry.since = now
-
-    def _classify(self, entries: list[_Entry], now: float) -> None:
-        """Move partitions between the realtime and catch-up pipelines by fetch lag."""
-        if self._catchup_lag_threshold is None or self._catchup is None:
-            return
-        threshold = self._catchup_lag_threshold
-        for entry in entries:
-            state = entry.state
-            lag = state.lag
-            if entry.phase != "running" or entry.revoke_deadline is not None or state.failed or lag is None:
-                continue
-            if now - entry.since < MIN_DWELL_S:
-                continue
-            if entry.pipeline is self._realtime and lag > threshold:
-                target = self._catchup
-            elif entry.pipeline is self._catchup and lag <= threshold // 4:
-                target = self._realtime
-            else:
-                continue
-            if entry.pipeline is None:
-                continue
-            log.info("moving %s to the %s pipeline (lag %d)", state.task, target.name, lag)
-            entry.target = target
-            entry.released = entry.pipeline.release(state)
-            entry.phase = "moving"
-
-    def _to_record_mode(self, entries: list[_Entry]) -> None:
-        """Move partitions the batch pipeline handed to record mode to a record pipeline."""
-        for entry in entries:
-            state = entry.state
-            batch = self._batch
-            if batch is None or entry.pipeline is not batch or entry.phase != "running" or entry.revoke_deadline:
-                continue
-            if state.mode != "record" or state.failed:
-                continue
-            log.info("moving %s to record mode: %s", state.task, state.mode_reason)
-            entry.target = self._realtime
-            entry.released = batch.release(state)
-            entry.phase = "moving"
-
-    def _start_partitions(self, entries: list[_Entry]) -> None:
-        """Make destinations ready, find each start offset, and hand partitions to a pipeline."""
-        by_topic: dict[tuple[str, str], list[_Entry]] = {}
-        for entry in entries:
-            task = entry.state.task
-            by_topic.setdefault((task.topic, task.destination_topic), []).append(entry)
-        ready: list[_Entry] = []
-        # Never waits for a creation: topics whose destination is ready start now, the others are
-        # being made ready in the background (prepared on assignment) and are looked at again on
-        # a later tick. Waiting here held back every other topic and this thread: ten topics
-        # added one after another started in serial groups, each waiting for its slowest creation.
-        outcomes = self._destinations.ready(
-            {pair: max(e.state.task.partition for e in group) + 1 for pair, group in by_topic.items()}
-        )
-        for (topic, destination_topic), group in by_topic.items():
-            if (topic, destination_topic) not in outcomes:
-                for entry in group:
-                    entry.next_attempt = time.monotonic() + DESTINATION_CHECK_S
-                continue
-            outcome = outcomes[(topic, destination_topic)]
-            if isinstance(outcome, KafkaException):
-                self._retry_later(group, explain(self._destination_props, outcome, destination_topic))
-                continue
-            if isinstance(outcome, Exception):
-                self._retry_later(group, str(outcome))
-                continue
-            for entry in group:
-                mark(entry.state, DESTINATION_READY)
-            ready.extend(group)
-        starts = self._read_starts(ready)
-        if not starts:
-            return
-        ready = [e for e in ready if e.state.task in starts]
-        fresh: list[_Entry] = []
-        for entry in ready:
-            mark(entry.state, OFFSETS_READ)
-            start, end, committed, corrected = starts[entry.state.task]
-            if corrected and self._observer is not None:
-                self._observer.checkpoint_refused("behind_copied_data")
-            if start < 0 or end < 0:
-                # A broker answering mid-restart may report no offset at all (-1001).
-                self._retry_later([entry], f"source offsets unavailable (start {start}, end {end})")
-                continue
-            state = entry.state
-            state.source_end = end
-            state.committed = committed
-            if committed is None:
-                fresh.append(entry)
-            elif committed > start:
-                # The source's end is below our checkpoint: an unclean leader election lost
-                # records we had copied. Copying resumes where the source is; the checkpoint
-                # may move back this once, knowingly.
-                log.warning("%s: checkpoint %d is above the source's end offset %d", state.task, committed, start)
-                state.committed = start
-            elif committed < start:
-                state.skipped = start - committed
-                log.warning(
-                    "%s: checkpoint %d is below the source's earliest offset %d; %d records were "
-                    "deleted by source retention before they could be copied",
-                    state.task,
-                    committed,
-                    start,
-                    state.skipped,
-                )
-            lagging = self._catchup is not None and end - start > (self._catchup_lag_threshold or 0)
-            pipeline = self._catchup if lagging and self._catchup is not None else self._realtime
-            if self._batch is not None:
-                pipeline = self._batch
-            else:
-                state.mode_reason = self._copy_reason
-            with self._lock:
-                if entry.revoke_deadline is not None:
-                    continue
-                entry.phase = "running"
-                entry.pipeline = pipeline
-                entry.since = time.monotonic()
-                entry.start_error = None
-                entry.start_failures = 0
-            log.info(
-                "starting %s in the %s pipeline at offset %d (checkpoint %s, source end %d)",
-                state.task,
-                pipeline.name,
-                start,
-                committed,
-                end,
-            )
-            mark(state, HANDED)
-            pipeline.add(state, start)
-        # A start resolved from "latest" must survive this worker: a later owner resolving
-        # "latest" again would skip every record produced in between.
-        self._commit([e for e in fresh if e.phase == "running"])
-
-    def _read_starts(self, ready: list[_Entry]) -> dict[PartitionTask, StartOffsets]:
-        """Start offsets of the ready partitions: read early where that read is done; entries
-        whose early read is still under way are looked at again soon, the others read now."""
-        tasks = [e.state.task for e in ready]
-        starts: dict[PartitionTask, StartOffsets] = {}
-        if self._early is not None:
-            starts, pending, tasks = self._early.take(tasks)
-            for entry in ready:
-                if entry.state.task in pending:
-                    entry.next_attempt = time.monotonic() + DESTINATION_CHECK_S
-        if tasks:
-            try:
-                starts.update(self._checkpoints.start_offsets(tasks))
-            except KafkaException as exc:
-                unread = set(tasks)
-                reason = f"reading checkpoints: {explain(self._source_props, exc, self.group_id)}"
-                self._retry_later([e for e in ready if e.state.task in unread], reason)
-        return starts
-
-    def _retry_later(self, entries: list[_Entry], reason: str) -> None:
-        failures = 1 + max((e.start_failures for e in entries), default=0)
-        delay = min(START_RETRY_S, FIRST_START_RETRY_S * 2 ** (failures - 1))
-        # The first quick retries are routine right after a topic was created.
-        level = logging.WARNING if failures >= 3 else logging.INFO
-        log.log(
-            level,
-            "copier %s: cannot start %d partition(s) yet (retry in %.2fs): %s",
-            self.route,
-            len(entries),
-            delay,
-            reason,
-        )
-        for entry in entries:
-            entry.start_error = reason
-            entry.start_failures = failures
-            entry.next_attempt = time.monotonic() + delay
-
-    def _commit(self, entries: list[_Entry], *, final: bool = False) -> None:
+    def _commit(self, entries: list[Entry], *, final: bool = False) -> None:
         """Commit the checkpoints that moved since their last commit, in one request."""
         due: list[tuple[PartitionState, int]] = []
         for entry in entries:
@@ -711,40 +434,3 @@ class Copier:
             )
         if failed:
             log.warning("copier %s: checkpoint commit failed for %s", self.route, sorted(map(str, failed)))
-
-    def _snapshot(self, entry: _Entry, earlier: tuple[int, int, int] | None = None) -> PartitionStats:
-        state = entry.state
-        records, size, rewinds = earlier or (0, 0, 0)
-        tracker = state.tracker
-        checkpoint = state.checkpoint
-        if state.error is not None:
-            status = f"failed:{state.error}"
-        elif state.waiting is not None:
-            status = f"retrying:{state.waiting}"
-        elif entry.phase == "starting":
-            status = f"failed:{entry.start_error}" if entry.start_error else "starting"
-        elif entry.revoke_deadline is not None:
-            status = "draining"
-        elif entry.phase == "moving":
-            status = "moving"
-        else:
-            status = "ok"
-        lag = None
-        if state.source_end is not None and checkpoint is not None:
-            lag = max(0, state.source_end - checkpoint)
-        return PartitionStats(
-            records=records + state.records,
-            bytes=size + state.bytes,
-            checkpoint=checkpoint,
-            committed=state.committed,
-            source_end=state.source_end,
-            lag=lag,
-            state=status,
-            pipeline=state.pipeline,
-            in_flight=tracker.in_flight if tracker else 0,
-            last_progress=state.last_progress,
-            rewinds=rewinds + state.rewinds,
-            skipped=state.skipped,
-            mode=state.mode,
-            mode_reason=state.mode_reason,
-        )
