@@ -62,6 +62,32 @@ def test_the_report_has_a_section_with_both_tables() -> None:
     }
     text = report.render_markdown({"security": doc})
     assert "## Security: one worker over TLS against plaintext" in text
-    assert "| 1024 B | tls | 8,000 | 10,000 | 0.80 | 1.20 |" in text
+    assert "| 1024 B | default | tls | 8,000 | 10,000 | 0.80 | 1.20 |" in text
     missing = next(line for line in text.splitlines() if line.startswith("No result file yet for"))
     assert "security" not in missing
+
+
+def test_each_copy_mode_is_compared_with_plaintext_in_the_same_copy_mode() -> None:
+    runs = [
+        _run("plaintext", 150_000, 3, copy="batch"),
+        _run("tls", 50_000, 6, copy="batch"),
+        _run("plaintext", 40_000, 20, copy="record"),
+        _run("tls", 38_000, 22, copy="record"),
+        _run("plaintext", 99, 99),  # the route's default, compared only with its own kind
+    ]
+    batch, record = security_ratios(runs, ["plaintext", "tls"], [1024], ["batch", "record"])
+    assert (batch["copy"], batch["plaintext_records_per_s"], batch["records_per_s_ratio"]) == ("batch", 150_000, 0.333)
+    assert (record["copy"], record["records_per_s_ratio"]) == ("record", 0.95)
+    (default,) = security_ratios(runs, ["plaintext", "tls"], [1024])
+    assert "copy" not in default and default["plaintext_records_per_s"] == 99 and default["records_per_s"] is None
+    doc = {
+        "scenario": "security",
+        "params": {"modes": ["plaintext", "tls"]},
+        "runs": [{**r, "records": 10, "mb_per_s": 1.0, "verify": {}} for r in runs[:4]],
+        "ratios": [batch, record],
+        "load": {},
+        "machine": {"cores": 2},
+    }
+    text = report.render_markdown({"security": doc})
+    assert "| 1024 B | batch | tls | 50,000 | 150,000 | 0.33 | 2.00 |" in text
+    assert "| 1024 B | record | tls | 38,000 | 40,000 | 0.95 | 1.10 |" in text

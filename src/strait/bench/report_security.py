@@ -27,6 +27,11 @@ def _load(run: dict[str, Any]) -> str:
     return f"{_n(load.get('min_1m'), 1)} to {_n(load.get('max_1m'), 1)}"
 
 
+def _copy(row: dict[str, Any]) -> str:
+    """The copy mode a run or ratio row asked for; "default" when it left the route's own."""
+    return str(row.get("copy") or "default")
+
+
 def render(doc: dict[str, Any]) -> list[str]:
     load = doc.get("load") or {}
     lines = [
@@ -39,6 +44,7 @@ def render(doc: dict[str, Any]) -> list[str]:
     rows = [
         [
             f"{r['size']} B",
+            _copy(r),
             r.get("security", "—"),
             str(r.get("repeat", 0) + 1),
             _n(r.get("records")),
@@ -48,17 +54,21 @@ def render(doc: dict[str, Any]) -> list[str]:
             _load(r),
             _verdict(r),
         ]
-        for r in sorted(doc.get("runs", []), key=lambda r: (r["size"], r.get("security", ""), r.get("repeat", 0)))
+        for r in sorted(
+            doc.get("runs", []), key=lambda r: (r["size"], _copy(r), r.get("security", ""), r.get("repeat", 0))
+        )
     ]
     lines += _table(
-        ["record", "security", "run", "records", "records/s", "MB/s", "CPU s/GB", "load 1m", VERDICT_HEADER], rows
+        ["record", "copy", "security", "run", "records", "records/s", "MB/s", "CPU s/GB", "load 1m", VERDICT_HEADER],
+        rows,
     )
-    lines += ["", "Secured mode / plaintext (means over the runs):", ""]
+    lines += ["", "Secured mode / plaintext in the same copy mode (means over the runs):", ""]
     lines += _table(
-        ["record", "security", "records/s", "plaintext records/s", "ratio", "CPU s/GB ratio"],
+        ["record", "copy", "security", "records/s", "plaintext records/s", "ratio", "CPU s/GB ratio"],
         [
             [
                 f"{q['size']} B",
+                _copy(q),
                 q["security"],
                 _n(q.get("records_per_s")),
                 _n(q.get("plaintext_records_per_s")),

@@ -160,6 +160,9 @@ def security(
     partitions: int = typer.Option(4, help="Partitions of the source topic."),
     compression: str = typer.Option("none", help="Source (and Strait's producer) compression type."),
     repeats: int = typer.Option(1, help="Repeat everything (the order of the modes alternates)."),
+    copy: str = typer.Option(
+        "default", "--copy", help="Strait's route copy modes: default (the route's), record, batch (comma-separated)."
+    ),
     results_dir: Path = _RESULTS,
     markdown: Path = _MARKDOWN,
     workdir: Path | None = _WORKDIR,
@@ -173,6 +176,7 @@ def security(
         chosen = scenario.parse_modes(modes)
     except (SandboxError, ValueError) as exc:
         raise typer.BadParameter(str(exc), param_hint="--modes") from None
+    copies = _default_or_copies(copy)
     _session(
         "strait",
         results_dir,
@@ -188,6 +192,7 @@ def security(
                 records=records,
                 partitions=partitions,
                 repeats=repeats,
+                copies=copies,
             )
         ],
         clusters=scenario.sandbox_layout(chosen),

@@ -67,8 +67,12 @@ def security(
     partitions: int = 4,
     repeats: int = 1,
     timeout_s: float = 600.0,
+    copies: Sequence[str | None] = (None,),
 ) -> dict[str, Any]:
-    """Copy throughput of one Strait worker in each security mode; ratios against plaintext."""
+    """Copy throughput of one Strait worker in each security mode; ratios against plaintext.
+
+    ``copies``: Strait's route copy modes to run (``None``: the route's default, ``record``,
+    ``batch``); each copy mode is compared with plaintext in the same copy mode."""
     if not strait_available():
         raise RuntimeError("Strait's replicator is not in this checkout: nothing to compare")
     runs: list[dict[str, Any]] = []
@@ -76,7 +80,7 @@ def security(
         for repeat in range(repeats):
             for i, size in enumerate(sizes):
                 turn = list(modes) if (repeat + i) % 2 == 0 else list(modes)[::-1]
-                for name in turn:
+                for name, copy in [(name, copy) for copy in copies for name in turn]:
                     src, dst = cluster_pair(name)
                     mode_bench = dataclasses.replace(
                         bench,
@@ -87,11 +91,11 @@ def security(
                     )
                     bench.log(
                         f"security: {name} copy of {records:,} records of {size} B, {partitions} partitions, "
-                        f"one worker (repeat {repeat + 1}/{repeats})"
+                        f"one worker{f', copy {copy}' if copy else ''} (repeat {repeat + 1}/{repeats})"
                     )
                     with LoadWatch() as load:
                         run = _throughput_run(
-                            mode_bench, "strait", 1, size, compression, records, partitions, timeout_s
+                            mode_bench, "strait", 1, size, compression, records, partitions, timeout_s, copy=copy
                         )
                     run.update(
                         security=name,
@@ -112,24 +116,34 @@ def security(
             "partitions": partitions,
             "workers": 1,
             "repeats": repeats,
+            "copies": [c or "default" for c in copies],
         },
         "load": overall.summary(),
         "runs": runs,
-        "ratios": security_ratios(runs, modes, sizes),
+        "ratios": security_ratios(runs, modes, sizes, copies),
     }
 
 
-def security_ratios(runs: Sequence[dict[str, Any]], modes: Sequence[str], sizes: Sequence[int]) -> list[dict[str, Any]]:
-    """Per record size and secured mode: mean records/s and CPU s/GB, and their ratio to plaintext's."""
+def security_ratios(
+    runs: Sequence[dict[str, Any]],
+    modes: Sequence[str],
+    sizes: Sequence[int],
+    copies: Sequence[str | None] = (None,),
+) -> list[dict[str, Any]]:
+    """Per record size, copy mode and secured mode: mean records/s and CPU s/GB, and their ratio
+    to plaintext's in the same copy mode (a run without a copy mode used the route's default)."""
     rows = []
-    for size in sizes:
+    for size, copy in [(size, copy) for size in sizes for copy in copies]:
 
-        def avg(name: str, metric: str, size: int = size) -> float | None:
+        def avg(name: str, metric: str, size: int = size, copy: str | None = copy) -> float | None:
             return mean(
                 [
                     r.get(metric)
                     for r in runs
-                    if r.get("security") == name and r.get("size") == size and not r.get("error")
+                    if r.get("security") == name
+                    and r.get("size") == size
+                    and r.get("copy") == copy
+                    and not r.get("error")
                 ]
             )
 
@@ -139,6 +153,7 @@ def security_ratios(runs: Sequence[dict[str, Any]], modes: Sequence[str], sizes:
             rows.append(
                 {
                     "size": size,
+                    **({"copy": copy} if copy else {}),
                     "security": name,
                     "records_per_s": avg(name, "records_per_s"),
                     "plaintext_records_per_s": avg(BASELINE, "records_per_s"),
