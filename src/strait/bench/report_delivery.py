@@ -38,6 +38,15 @@ def _logged(run: dict[str, Any]) -> str:
     return ", ".join(f"{n} {level}" for level, n in sorted(levels.items())) or "none"
 
 
+def _delivery(run: dict[str, Any]) -> str:
+    """The run's delivery, and its copy mode when the run set one (`strait bench delivery --copy`)."""
+    return str(run.get("delivery", "—")) + (f" ({run['copy']})" if run.get("copy") else "")
+
+
+def _with_copy(label: str, row: dict[str, Any]) -> str:
+    return label + (f", at-least-once {row['copy']}" if row.get("copy") else "")
+
+
 def _runs(doc: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [r for r in doc.get("runs", []) if r.get("kind") == kind]
 
@@ -53,7 +62,7 @@ def render(doc: dict[str, Any]) -> list[str]:
     rows = [
         [
             f"{r['size']} B",
-            r.get("delivery", "—"),
+            _delivery(r),
             str(r.get("repeat", 0) + 1),
             _n(r.get("records")),
             _n(r.get("steady_records_per_s")),
@@ -64,7 +73,7 @@ def render(doc: dict[str, Any]) -> list[str]:
             _logged(r),
             _verdict(r),
         ]
-        for r in sorted(_runs(doc, "throughput"), key=lambda r: (r["size"], r.get("delivery"), r.get("repeat", 0)))
+        for r in sorted(_runs(doc, "throughput"), key=lambda r: (r["size"], _delivery(r), r.get("repeat", 0)))
     ]
     lines += _table(
         [
@@ -102,7 +111,7 @@ def render(doc: dict[str, Any]) -> list[str]:
         ],
         [
             [
-                f"{q['size']} B",
+                _with_copy(f"{q['size']} B", q),
                 _n(q.get("at_least_once_steady_records_per_s")),
                 _n(q.get("exactly_once_steady_records_per_s")),
                 _n(q.get("steady_records_per_s"), 2),
@@ -116,7 +125,7 @@ def render(doc: dict[str, Any]) -> list[str]:
     rows = [
         [
             _n(r["rate"]),
-            r.get("delivery", "—"),
+            _delivery(r),
             str(r.get("repeat", 0) + 1),
             _n(r.get("achieved_rate")),
             _n(r.get("latency", {}).get("p50_ms"), 1),
@@ -128,7 +137,7 @@ def render(doc: dict[str, Any]) -> list[str]:
             _logged(r),
             _verdict(r),
         ]
-        for r in sorted(_runs(doc, "latency"), key=lambda r: (r["rate"], r.get("delivery"), r.get("repeat", 0)))
+        for r in sorted(_runs(doc, "latency"), key=lambda r: (r["rate"], _delivery(r), r.get("repeat", 0)))
     ]
     size = doc.get("params", {}).get("latency_size")
     lines += ["", f"End-to-end latency at fixed produce rates ({_n(size)} B records, one worker):", ""]
@@ -162,7 +171,7 @@ def render(doc: dict[str, Any]) -> list[str]:
         ],
         [
             [
-                _n(q["rate"]),
+                _with_copy(_n(q["rate"]), q),
                 _n(q.get("at_least_once_p50_ms"), 1),
                 _n(q.get("exactly_once_p50_ms"), 1),
                 _n(q.get("p50_ms"), 2),
@@ -174,7 +183,7 @@ def render(doc: dict[str, Any]) -> list[str]:
         ],
     )
     examples = [
-        f"- {r.get('delivery')} {r['kind']} ({_n(r.get('size') or r.get('rate'))}): `{text}`"
+        f"- {_delivery(r)} {r['kind']} ({_n(r.get('size') or r.get('rate'))}): `{text}`"
         for r in doc.get("runs", [])
         for text in (r.get("strait_log") or {}).get("examples", [])[:3]
     ]
@@ -189,9 +198,13 @@ def delivery_summary(doc: dict[str, Any] | None) -> list[str]:
     if doc is None:
         return []
     ratios = doc.get("ratios", {})
-    sizes = ", ".join(f"{q['size']} B {_n(q.get('steady_records_per_s'), 2)}" for q in ratios.get("throughput", []))
+    sizes = ", ".join(
+        f"{_with_copy(str(q['size']) + ' B', q)} {_n(q.get('steady_records_per_s'), 2)}"
+        for q in ratios.get("throughput", [])
+    )
     p99 = "; ".join(
-        f"at {_n(q['rate'])}/s {_n(q.get('exactly_once_p99_ms'), 1)} ms vs {_n(q.get('at_least_once_p99_ms'), 1)} ms"
+        f"at {_with_copy(_n(q['rate']) + '/s', q)} {_n(q.get('exactly_once_p99_ms'), 1)} ms vs "
+        f"{_n(q.get('at_least_once_p99_ms'), 1)} ms"
         for q in ratios.get("latency", [])
     )
     load = doc.get("load") or {}

@@ -22,6 +22,13 @@ _RESULTS = typer.Option(Path("bench/results"), "--results-dir", help="Where resu
 _MARKDOWN = typer.Option(Path("BENCHMARKS.md"), "--markdown", help="The Markdown report regenerated after a run.")
 _WORKDIR = typer.Option(None, "--workdir", help="Sandbox and process logs (default: a new temporary folder).")
 _KEEP = typer.Option(False, "--keep", help="Keep the work folder (logs of every process) after the run.")
+# Every measured benchmark refuses a busy machine (see _quiet); the load is recorded in its result.
+_MAX_LOAD = typer.Option(
+    1.0, "--max-load", help="Refuse to start while the 1-minute load average is above this (recorded in the result)."
+)
+_IGNORE_LOAD = typer.Option(
+    False, "--ignore-load", help="Run even on a busy machine (a smoke run: its figures are then not evidence)."
+)
 
 
 def _ints(text: str) -> list[int]:
@@ -36,6 +43,19 @@ def _words(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+def _quiet(max_load: float, ignore_load: bool) -> dict[str, Any]:
+    """Refuse a busy machine (exit 2, naming the load and the threshold) unless ``ignore_load``;
+    what was checked, to record in the result's ``params``."""
+    from strait.bench import machine
+
+    try:
+        load = machine.check_quiet(None if ignore_load else max_load)
+    except machine.MachineBusy as exc:
+        typer.echo(f"{exc} (or pass --ignore-load: the figures are then not evidence)", err=True)
+        raise typer.Exit(2) from None
+    return {"max_load": max_load, "ignore_load": ignore_load, "load_at_check": load}
+
+
 def _session(
     systems: str,
     results_dir: Path,
@@ -43,10 +63,14 @@ def _session(
     workdir: Path | None,
     keep: bool,
     body: Callable[[Any], list[dict[str, Any]]],
+    *,
+    max_load: float,
+    ignore_load: bool,
     clusters: tuple[tuple[str, ...], dict[str, str]] | None = None,
 ) -> None:
     """Sandbox up, run ``body(bench)``, save and plot its results, regenerate the Markdown, tear down.
 
+    Refused on a busy machine (``max_load``, ``ignore_load``: see _quiet), before anything starts.
     ``clusters``: the sandbox's cluster names and their security modes (default src and dst, plaintext)."""
     from strait.bench import machine, report
     from strait.bench.scenarios import Bench
@@ -57,6 +81,7 @@ def _session(
         raise typer.BadParameter(
             f"unknown system(s) {', '.join(sorted(unknown))}: use strait, mm2", param_hint="--systems"
         )
+    checked = _quiet(max_load, ignore_load)
     root = (workdir or Path(tempfile.mkdtemp(prefix="strait-bench-"))).resolve()
     root.mkdir(parents=True, exist_ok=True)
     described = machine.describe()
@@ -68,6 +93,7 @@ def _session(
     try:
         bench = Bench(sandbox=sandbox, workdir=root / "runs", systems=_words(systems), log=lambda m: typer.echo(m))
         for result in body(bench):
+            result.setdefault("params", {}).update(checked)
             # The arguments as given, whether run as `strait bench ...` or `python -m strait.cli.bench ...`.
             args = sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else sys.argv[1:]
             command = " ".join(["strait bench", *args])
@@ -101,6 +127,8 @@ def throughput(
         "--mm2-profile",
         help="MirrorMaker 2 settings: default, tuned (comma-separated; the tuned ones are listed in BENCHMARKS.md).",
     ),
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
     results_dir: Path = _RESULTS,
     markdown: Path = _MARKDOWN,
@@ -129,6 +157,8 @@ def throughput(
                 mm2_profiles=_mm2_profiles(mm2_profile),
             )
         ],
+        max_load=max_load,
+        ignore_load=ignore_load,
     )
 
 
@@ -163,6 +193,8 @@ def security(
     copy: str = typer.Option(
         "default", "--copy", help="Strait's route copy modes: default (the route's), record, batch (comma-separated)."
     ),
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
     results_dir: Path = _RESULTS,
     markdown: Path = _MARKDOWN,
     workdir: Path | None = _WORKDIR,
@@ -196,6 +228,8 @@ def security(
             )
         ],
         clusters=scenario.sandbox_layout(chosen),
+        max_load=max_load,
+        ignore_load=ignore_load,
     )
 
 
@@ -213,6 +247,8 @@ def latency(
     copy: str = typer.Option(
         "default", "--copy", help="Strait's route copy modes: default (the route's), record, batch (comma-separated)."
     ),
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
     results_dir: Path = _RESULTS,
     markdown: Path = _MARKDOWN,
@@ -243,6 +279,8 @@ def latency(
                 copies=copies,
             )
         ],
+        max_load=max_load,
+        ignore_load=ignore_load,
     )
 
 
@@ -274,10 +312,8 @@ def isolation(
     mm2_profile: str = typer.Option(
         "default", "--mm2-profile", help="MirrorMaker 2 settings: default, tuned (comma-separated)."
     ),
-    max_load: float = typer.Option(
-        1.0, "--max-load", help="Refuse to start while the 1-minute load average is above this (recorded)."
-    ),
-    ignore_load: bool = typer.Option(False, "--ignore-load", help="Run even on a busy machine (a smoke run)."),
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
     results_dir: Path = _RESULTS,
     markdown: Path = _MARKDOWN,
@@ -285,15 +321,10 @@ def isolation(
     keep: bool = _KEEP,
 ) -> None:
     """Fetch isolation: a realtime topic's p50 / p99 without and with another topic catching up a backlog."""
-    from strait.bench import machine, scenarios
+    from strait.bench import scenarios
 
     copies = _default_or_copies(copy)
     profiles = _mm2_profiles(mm2_profile)
-    try:
-        load = machine.check_quiet(None if ignore_load else max_load)
-    except machine.MachineBusy as exc:
-        typer.echo(f"{exc} (or pass --ignore-load: the figures are then not evidence)", err=True)
-        raise typer.Exit(2) from None
 
     def body(bench: Any) -> list[dict[str, Any]]:
         result = scenarios.isolation(
@@ -312,10 +343,9 @@ def isolation(
             copies=copies,
             mm2_profiles=profiles,
         )
-        result["params"].update(max_load=max_load, ignore_load=ignore_load, load_at_check=load)
         return [result]
 
-    _session(systems, results_dir, markdown, workdir, keep, body)
+    _session(systems, results_dir, markdown, workdir, keep, body, max_load=max_load, ignore_load=ignore_load)
 
 
 @app.command("add-topics")
@@ -328,6 +358,8 @@ def add_topics(
     parallelism: int = typer.Option(1, help="Strait worker processes = MirrorMaker tasks."),
     mm2_refresh: int = typer.Option(5, help="MirrorMaker refresh.topics.interval.seconds."),
     copy: str = typer.Option("record", "--copy", help="Strait's route copy mode: record or batch."),
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
     results_dir: Path = _RESULTS,
     markdown: Path = _MARKDOWN,
@@ -358,6 +390,8 @@ def add_topics(
                 copy=None if copy == "record" else copy,
             )
         ],
+        max_load=max_load,
+        ignore_load=ignore_load,
     )
 
 
@@ -369,6 +403,8 @@ def worker_failure(
     mm2_rebalance_delay_ms: int = typer.Option(
         10_000, help="MirrorMaker scheduled.rebalance.max.delay.ms (its default, 300000, waits 5 minutes)."
     ),
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
     results_dir: Path = _RESULTS,
     markdown: Path = _MARKDOWN,
@@ -389,6 +425,8 @@ def worker_failure(
                 bench, rate=rate, before_s=before, after_s=after, mm2_rebalance_delay_ms=mm2_rebalance_delay_ms
             )
         ],
+        max_load=max_load,
+        ignore_load=ignore_load,
     )
 
 
@@ -402,6 +440,8 @@ def failover(
     mm2_sync_wait: float = typer.Option(
         120.0, help="Seconds to wait for MirrorMaker to sync the group's offsets to the destination."
     ),
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
     results_dir: Path = _RESULTS,
     markdown: Path = _MARKDOWN,
@@ -427,12 +467,16 @@ def failover(
                 mm2_sync_wait_s=mm2_sync_wait,
             )
         ],
+        max_load=max_load,
+        ignore_load=ignore_load,
     )
 
 
 @app.command()
 def smoke(
     records: int = typer.Option(5000, help="Records in the pre-filled topic."),
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
     results_dir: Path = _RESULTS,
     markdown: Path = _MARKDOWN,
@@ -448,7 +492,7 @@ def smoke(
         outcome.append(scenarios.smoke(bench, records=records))
         return outcome
 
-    _session(systems, results_dir, markdown, workdir, keep, body)
+    _session(systems, results_dir, markdown, workdir, keep, body, max_load=max_load, ignore_load=ignore_load)
     bad = [r for r in outcome[0]["runs"] if r.get("error") or not r.get("verify", {}).get("ok")]
     if bad:
         raise typer.Exit(1)
@@ -458,6 +502,8 @@ def smoke(
 def profile(
     records: int = typer.Option(300_000, help="Records in the pre-filled topic."),
     size: int = typer.Option(100, help="Record size in bytes."),
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
     results_dir: Path = _RESULTS,
     markdown: Path = _MARKDOWN,
     workdir: Path | None = _WORKDIR,
@@ -473,11 +519,15 @@ def profile(
         workdir,
         keep,
         lambda bench: [profiling.profile_worker(bench, records=records, size=size)],
+        max_load=max_load,
+        ignore_load=ignore_load,
     )
 
 
 @app.command("all")
 def run_all(
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
     results_dir: Path = _RESULTS,
     markdown: Path = _MARKDOWN,
@@ -501,6 +551,8 @@ def run_all(
             scenarios.worker_failure(bench),
             scenarios.failover(bench),
         ],
+        max_load=max_load,
+        ignore_load=ignore_load,
     )
 
 
@@ -616,6 +668,14 @@ def delivery(
     duration: float = typer.Option(20.0, help="Seconds of measured traffic per latency run (after the warm-up)."),
     warmup: float = typer.Option(5.0, help="Seconds of traffic before measuring latency."),
     repeats: int = typer.Option(1, help="Repeat everything (the order of the two modes alternates)."),
+    copy: str = typer.Option(
+        "default",
+        "--copy",
+        help="Copy modes of the at-least-once runs: default (the route's), record, batch (comma-separated); "
+        "exactly-once copies record by record.",
+    ),
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
     results_dir: Path = _RESULTS,
     markdown: Path = _MARKDOWN,
     workdir: Path | None = _WORKDIR,
@@ -623,6 +683,8 @@ def delivery(
 ) -> None:
     """Strait exactly-once vs at-least-once: copy records/s, CPU, and latency through a read_committed reader."""
     from strait.bench import scenarios
+
+    copies = _default_or_copies(copy)
 
     _session(
         "strait",
@@ -640,8 +702,11 @@ def delivery(
                 duration_s=duration,
                 warmup_s=warmup,
                 repeats=repeats,
+                copies=copies,
             )
         ],
+        max_load=max_load,
+        ignore_load=ignore_load,
     )
 
 
@@ -652,6 +717,8 @@ def assignment(
     pools: int = typer.Option(5, help="Worker pools; routes limited to one pool each hold a fifth of the partitions."),
     repeats: int = typer.Option(5, help="Deaths and joins measured (a different worker each time)."),
     seed: int = typer.Option(1, help="Seed of the generated fleet."),
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
     results_dir: Path = _RESULTS,
 ) -> None:
     """No cluster: time to compute a new assignment after a worker dies and after one joins (goal < 1 s)."""
@@ -659,7 +726,9 @@ def assignment(
 
     from strait.bench import assignment as scenario
 
+    checked = _quiet(max_load, ignore_load)
     result = scenario.run(partitions, workers, pools, repeats, seed, log=typer.echo)
+    result.update(checked)
     death, join = result["death_assign_s"], result["join_assign_s"]
     typer.echo(
         f"after a death: median {death['median']:.3f} s, max {death['max']:.3f} s; after a join: median "
@@ -681,6 +750,8 @@ def zookeeper(
     workers: int = typer.Option(5, help="Simulated workers (each its own ZooKeeper session)."),
     topics: int = typer.Option(100, help="Topics the partitions are spread over."),
     connect: str | None = typer.Option(None, "--zookeeper", help="HOST:PORT of a ZooKeeper (default: a sandbox)."),
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
     results_dir: Path = _RESULTS,
 ) -> None:
     """A real controller publishing 100,000 partitions on a real ZooKeeper: node sizes, time to
@@ -689,6 +760,7 @@ def zookeeper(
 
     from strait.bench import zk_scale
 
+    checked = _quiet(max_load, ignore_load)
     sandbox = None
     if connect is None:
         from strait.sandbox import Sandbox, SandboxSpec
@@ -701,6 +773,7 @@ def zookeeper(
     finally:
         if sandbox is not None:
             sandbox.down()
+    result.update(checked)
     sizes = result["znodes_after_first"]
     typer.echo(
         f"{result['partitions']} partitions on {workers} workers: largest node {result['max_znode_bytes']} bytes "
@@ -723,6 +796,8 @@ def planner(
     size: str = typer.Option("both", help="small (100 brokers, 100k replicas), large (1,000, 1M) or both."),
     goals: str = typer.Option("traffic", help="disks, traffic, tiers or all."),
     seed: int = typer.Option(7, help="Seed of the generated cluster and its traffic."),
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
     results_dir: Path = _RESULTS,
 ) -> None:
     """No cluster: time (wall and CPU) and peak memory of planning a rebalance of generated
@@ -735,6 +810,7 @@ def planner(
         chosen = balancer_plan.cases(size, goals)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    checked = _quiet(max_load, ignore_load)
     runs = []
     for s, g in chosen:
         result = balancer_plan.run(s, g, seed)
@@ -742,7 +818,7 @@ def planner(
         runs.append(result)
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / "planner.json"
-    doc = {"runs": runs, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    doc = {"runs": runs, **checked, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     path.write_text(json.dumps(doc, indent=1) + "\n")
     typer.echo(f"wrote {path}")
 
@@ -753,6 +829,8 @@ def longtail(
     big_mb: float = typer.Option(4.0, help="Size of the big partition, MB."),
     throttle: int = typer.Option(150_000, help="Replication throttle, bytes/s."),
     window: int = typer.Option(4, help="Moves in flight (the batch size in batch mode)."),
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
     results_dir: Path = _RESULTS,
 ) -> None:
     """The balancer's executor on a 4-broker sandbox: one big partition and many small ones moved
@@ -761,7 +839,9 @@ def longtail(
 
     from strait.bench import balancer_longtail
 
+    checked = _quiet(max_load, ignore_load)
     result = balancer_longtail.run(small=small, big_mb=big_mb, throttle=throttle, window=window, log=typer.echo)
+    result.update(checked)
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / "longtail.json"
     result["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

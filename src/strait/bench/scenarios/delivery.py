@@ -9,6 +9,10 @@ Two measurements, each made for both modes of the route's ``delivery`` key, alte
 - end-to-end latency at fixed produce rates, read by an independent ``read_committed`` reader
   (same harness as the latency scenario): arrival minus the send time stamped in the record.
 
+With ``copies`` the at-least-once runs are made once per Strait copy mode (``record``, ``batch``,
+None: the route's default); exactly-once copies record by record whatever the route says, so it
+runs once, and each ratio names the at-least-once copy mode it divides by.
+
 Every run records the machine's load while it ran, and what the Strait processes logged at
 WARNING or above (the transactional producer's errors would show there).
 """
@@ -47,31 +51,45 @@ def delivery(
     latency_size: int = 100,
     repeats: int = 1,
     timeout_s: float = 600.0,
+    copies: Sequence[str | None] = (None,),
 ) -> dict[str, Any]:
-    """Both delivery modes of one Strait worker: copy throughput per record size, latency per rate."""
+    """Both delivery modes of one Strait worker: copy throughput per record size, latency per rate
+    (at-least-once once per copy mode in ``copies``)."""
     if not strait_available():
         raise RuntimeError("Strait's replicator is not in this checkout: nothing to compare")
     runs: list[dict[str, Any]] = []
     with LoadWatch() as overall:
         for repeat in range(repeats):
             for i, size in enumerate(sizes):
-                for mode in _order(repeat + i):
+                for mode, copy in variants(copies, repeat + i):
                     bench.log(
-                        f"delivery: {mode} copy of {records:,} records of {size} B, {partitions} partitions "
-                        f"(repeat {repeat + 1}/{repeats})"
+                        f"delivery: {mode}{_copy_words(copy)} copy of {records:,} records of {size} B, "
+                        f"{partitions} partitions (repeat {repeat + 1}/{repeats})"
                     )
                     with LoadWatch() as load:
                         run = _throughput_run(
-                            bench, "strait", 1, size, "none", records, partitions, timeout_s, delivery=mode
+                            bench, "strait", 1, size, "none", records, partitions, timeout_s, delivery=mode, copy=copy
                         )
                     runs.append(_finish(run, "throughput", repeat, load))
                     bench.log(f"  -> {_fmt(runs[-1])}")
             for i, rate in enumerate(rates):
-                for mode in _order(repeat + i):
-                    bench.log(f"delivery: {mode} at {rate:,.0f} records/s for {warmup_s:.0f}+{duration_s:.0f}s")
+                for mode, copy in variants(copies, repeat + i):
+                    bench.log(
+                        f"delivery: {mode}{_copy_words(copy)} at {rate:,.0f} records/s for "
+                        f"{warmup_s:.0f}+{duration_s:.0f}s"
+                    )
                     with LoadWatch() as load:
                         run = _latency_run(
-                            bench, "strait", rate, duration_s, warmup_s, partitions, latency_size, 1, delivery=mode
+                            bench,
+                            "strait",
+                            rate,
+                            duration_s,
+                            warmup_s,
+                            partitions,
+                            latency_size,
+                            1,
+                            delivery=mode,
+                            copy=copy,
                         )
                     runs.append(_finish(run, "latency", repeat, load))
                     bench.log(f"  -> {_fmt(runs[-1])}")
@@ -88,17 +106,25 @@ def delivery(
             "workers": 1,
             "reader_isolation": "read_committed",
             "repeats": repeats,
+            "copies": [c or "default" for c in copies],
         },
         "load": overall.summary(),
         "runs": runs,
-        "ratios": delivery_ratios(runs, sizes, rates),
+        "ratios": delivery_ratios(runs, sizes, rates, copies),
         "goal_throughput_ratio": GOAL_THROUGHPUT_RATIO,
     }
 
 
-def _order(n: int) -> tuple[str, ...]:
-    """Modes in alternating order, so neither always runs first (cold caches, a fresh sandbox)."""
-    return MODES if n % 2 == 0 else MODES[::-1]
+def variants(copies: Sequence[str | None], n: int) -> list[tuple[str, str | None]]:
+    """(delivery, copy mode) of each run of one configuration: at-least-once once per copy mode,
+    exactly-once once (its route copies record by record whatever it asks); in alternating order,
+    so none always runs first (cold caches, a fresh sandbox)."""
+    order = [("at-least-once", copy) for copy in dict.fromkeys(copies)] + [("exactly-once", None)]
+    return order if n % 2 == 0 else order[::-1]
+
+
+def _copy_words(copy: str | None) -> str:
+    return f" ({copy} mode)" if copy else ""
 
 
 def _finish(run: dict[str, Any], kind: str, repeat: int, load: LoadWatch) -> dict[str, Any]:
@@ -164,35 +190,49 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return None if num is None or den is None or den == 0 else round(num / den, 3)
 
 
-def delivery_ratios(runs: Sequence[dict[str, Any]], sizes: Sequence[int], rates: Sequence[float]) -> dict[str, Any]:
-    """Exactly-once / at-least-once, per record size (records/s, CPU s/GB) and per rate (p50, p99)."""
+def delivery_ratios(
+    runs: Sequence[dict[str, Any]],
+    sizes: Sequence[int],
+    rates: Sequence[float],
+    copies: Sequence[str | None] = (None,),
+) -> dict[str, Any]:
+    """Exactly-once / at-least-once, per record size (records/s, CPU s/GB) and per rate (p50, p99);
+    one row per at-least-once copy mode (a row names it as ``copy`` when one was set)."""
 
-    def avg(kind: str, key: str, value: float, mode: str, metric: str) -> float | None:
+    def avg(kind: str, key: str, value: float, mode: str, copy: str | None, metric: str) -> float | None:
         values = []
         for r in runs:
             if r.get("kind") != kind or r.get(key) != value or r.get("delivery") != mode or r.get("error"):
+                continue
+            if mode == "at-least-once" and r.get("copy") != copy:
                 continue
             figure = r.get("latency", {}).get(metric) if kind == "latency" else r.get(metric)
             if figure is not None:
                 values.append(figure)
         return mean(values)
 
+    def row_of(kind: str, key: str, value: float, copy: str | None, metrics: Sequence[str]) -> dict[str, Any]:
+        row: dict[str, Any] = {key: value, **({"copy": copy} if copy else {})}
+        for metric in metrics:
+            alo, eo = (avg(kind, key, value, m, copy, metric) for m in MODES)
+            row[f"at_least_once_{metric}"], row[f"exactly_once_{metric}"] = alo, eo
+            row[metric] = _ratio(eo, alo)
+        return row
+
     throughput = []
     for size in sizes:
-        row: dict[str, Any] = {"size": size}
-        for metric in ("steady_records_per_s", "steady_cpu_s_per_gb", "records_per_s", "cpu_s_per_gb"):
-            alo, eo = (avg("throughput", "size", size, m, metric) for m in MODES)
-            row[f"at_least_once_{metric}"], row[f"exactly_once_{metric}"] = alo, eo
-            row[metric] = _ratio(eo, alo)
-        ratio = row["steady_records_per_s"]
-        row["meets_goal"] = None if ratio is None else ratio >= GOAL_THROUGHPUT_RATIO
-        throughput.append(row)
-    latency = []
-    for rate in rates:
-        row = {"rate": rate}
-        for metric in ("p50_ms", "p99_ms"):
-            alo, eo = (avg("latency", "rate", rate, m, metric) for m in MODES)
-            row[f"at_least_once_{metric}"], row[f"exactly_once_{metric}"] = alo, eo
-            row[metric] = _ratio(eo, alo)
-        latency.append(row)
+        for copy in dict.fromkeys(copies):
+            row = row_of(
+                "throughput",
+                "size",
+                size,
+                copy,
+                ("steady_records_per_s", "steady_cpu_s_per_gb", "records_per_s", "cpu_s_per_gb"),
+            )
+            ratio = row["steady_records_per_s"]
+            row["meets_goal"] = None if ratio is None else ratio >= GOAL_THROUGHPUT_RATIO
+            throughput.append(row)
+    latency = [
+        row_of("latency", "rate", rate, copy, ("p50_ms", "p99_ms")) for rate in rates for copy in dict.fromkeys(copies)
+    ]
     return {"throughput": throughput, "latency": latency}

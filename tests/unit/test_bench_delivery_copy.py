@@ -1,0 +1,62 @@
+"""`strait bench delivery --copy`: at-least-once once per copy mode, exactly-once once, and each
+ratio against the copy mode it names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strait.bench import report_delivery
+from strait.bench.scenarios.delivery import delivery_ratios, variants
+
+
+def test_at_least_once_runs_once_per_copy_mode_and_exactly_once_once_in_alternating_order() -> None:
+    assert variants([None], 0) == [("at-least-once", None), ("exactly-once", None)]
+    assert variants([None], 1) == [("exactly-once", None), ("at-least-once", None)]
+    assert variants(["record", "batch", "record"], 0) == [
+        ("at-least-once", "record"),
+        ("at-least-once", "batch"),
+        ("exactly-once", None),
+    ]
+    assert variants(["record", "batch"], 1)[0] == ("exactly-once", None)
+
+
+def _run(kind: str, delivery: str, copy: str | None, **figures: Any) -> dict[str, Any]:
+    run: dict[str, Any] = {"kind": kind, "delivery": delivery, **({"copy": copy} if copy else {})}
+    if kind == "latency":
+        run.update(rate=1000, latency=figures)
+    else:
+        run.update(size=100, **figures)
+    return run
+
+
+RUNS = [
+    _run("throughput", "at-least-once", "record", steady_records_per_s=100_000.0),
+    _run("throughput", "at-least-once", "batch", steady_records_per_s=400_000.0),
+    _run("throughput", "exactly-once", None, steady_records_per_s=80_000.0),
+    _run("latency", "at-least-once", "record", p50_ms=2.0, p99_ms=10.0),
+    _run("latency", "at-least-once", "batch", p50_ms=8.0, p99_ms=40.0),
+    _run("latency", "exactly-once", None, p50_ms=4.0, p99_ms=20.0),
+]
+
+
+def test_each_ratio_divides_by_its_own_copy_mode() -> None:
+    ratios = delivery_ratios(RUNS, [100], [1000], ["record", "batch"])
+    record, batch = ratios["throughput"]
+    assert (record["copy"], record["steady_records_per_s"], record["meets_goal"]) == ("record", 0.8, True)
+    assert (batch["copy"], batch["steady_records_per_s"], batch["meets_goal"]) == ("batch", 0.2, False)
+    assert [(q["copy"], q["p99_ms"]) for q in ratios["latency"]] == [("record", 2.0), ("batch", 0.5)]
+
+
+def test_without_copy_modes_the_ratios_are_as_before() -> None:
+    runs = [{k: v for k, v in r.items() if k != "copy"} for r in RUNS if r.get("copy") != "batch"]
+    ratios = delivery_ratios(runs, [100], [1000])
+    assert [("copy" in q, q["steady_records_per_s"]) for q in ratios["throughput"]] == [(False, 0.8)]
+
+
+def test_the_report_names_the_copy_mode_of_each_run_and_ratio() -> None:
+    doc = {"runs": RUNS, "ratios": delivery_ratios(RUNS, [100], [1000], ["record", "batch"]), "params": {}}
+    text = "\n".join(report_delivery.render(doc))
+    assert "at-least-once (batch)" in text and "at-least-once (record)" in text
+    assert "100 B, at-least-once batch" in text and "1,000, at-least-once record" in text
+    summary = "\n".join(report_delivery.delivery_summary(doc))
+    assert "100 B, at-least-once record 0.80" in summary
