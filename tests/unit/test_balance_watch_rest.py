@@ -163,3 +163,26 @@ def test_moves_waiting_for_room_are_a_series() -> None:
     families = {f.name: f for f in _ControllerCollector(None)._balance(view)}  # type: ignore[arg-type]
     waiting = families["strait_balance_moves_waiting_for_room"].samples
     assert [(s.labels, s.value) for s in waiting] == [({"cluster": "big"}, 1)]
+
+
+def test_metrics_say_when_the_watch_backs_off_and_config_takes_min_gain() -> None:
+    backing = {
+        **ALERTING,
+        "phase": "backing_off",
+        "backoff": "ineffective plan #2 in a row (...); no execution before 2000",
+        "ineffective_plans": 2,
+    }
+
+    class BackingWatcher(FakeWatcher):
+        def view(self) -> dict[str, dict[str, Any]]:
+            return {"big": backing, "small": {**ALERTING, "reasons": []}}
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WatchCollector(BackingWatcher().view))
+    text = generate_latest(registry).decode()
+    assert 'strait_balance_watch_backing_off{cluster="big"} 1.0' in text
+    assert 'strait_balance_ineffective_plans{cluster="big"} 2.0' in text
+    assert 'strait_balance_watch_backing_off{cluster="small"} 0.0' in text
+    assert BalanceConfig(min_gain=0.5).min_gain == 0.5
+    with pytest.raises(ValidationError):
+        BalanceConfig(min_gain=1.5)

@@ -156,3 +156,34 @@ def test_a_traffic_skew_below_the_floor_is_no_reason(fake: Cluster, monkeypatch:
     w.check("big")
     row = w.view()["big"]
     assert row["phase"] == watch.BALANCED and row["assessment"]["traffic_spread"] > 0.25, row
+
+
+def test_a_plan_that_did_not_narrow_the_traffic_skew_is_not_rerun_every_after_s(
+    fake: Cluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Executions "run" but the cluster stays as it was: every plan promises a gain it never shows.
+    model = generate(Shape(brokers=4, dirs_per_broker=2, partitions=120, skew=0.0), 5)
+    led = {k: Rate(2_000_000.0, 2_000.0) for k, p in model.partitions.items() if p.replicas[0] == 1}
+    rates = Traffic(led, 30.0)
+    monkeypatch.setattr(watcher.BalanceWatcher, "_sample", lambda self, name, props, capacities: (model, rates))
+    now, leading = [0.0], [True]
+    w = make(leading, now, after_s=60, interval_s=30, execute=True, threshold=0.9, traffic=True, traffic_spread=0.2)
+    submitted_at = []
+    for t in range(0, 1200, 10):
+        now[0] = float(t)
+        if fake.execution is not None and not fake.execution.finished:
+            fake.execution = watch.ExecutionSeen(fake.execution.id, finished=True, cancelled=False, by_watch=True)
+        count = len(fake.submitted)
+        w.check("big")
+        if len(fake.submitted) > count:
+            submitted_at.append(t)
+        if t == 180:
+            row = w.view()["big"]
+            assert row["phase"] == watch.BACKING_OFF and row["ineffective_plans"] == 1, row
+            assert "ineffective plan #1" in row["backoff"] and row["backoff_until"] == 130 + 120
+            assert row["promise"] and row["promise"][0]["reason"] == "traffic_spread"
+    # Without the rule: a run every after_s (60 s) plus a round, 17 in 1,200 s. With it each run
+    # ends (seen 10 s later), outlives after_s, is found ineffective and holds the watch off
+    # 120, 240, 480 s from there.
+    assert submitted_at == [60, 250, 560, 1110]
+    assert "not executing proposal" in caplog.text and "ineffective plan #1" in caplog.text

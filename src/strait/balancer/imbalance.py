@@ -28,7 +28,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Any
 
-from strait.balancer import operations
+from strait.balancer import operations, watch
 from strait.balancer.capacity import shared_filesystems
 from strait.balancer.goals import Goals, eligible_dirs, spread
 from strait.balancer.model import Broker, ClusterModel, LogDir, Partition, max_per_rack
@@ -59,6 +59,15 @@ class Assessment:
     @property
     def balanced(self) -> bool:
         return not self.reasons
+
+    def measures(self) -> dict[str, float]:
+        """The measured reasons' values (`watch.MEASURED`) as the watch judges plans by them."""
+        out = {}
+        if self.spread is not None:
+            out["disk_spread"] = self.spread
+        if self.traffic_spread is not None:
+            out["traffic_spread"] = self.traffic_spread
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -192,6 +201,27 @@ def propose(
         "signature": list(assessment.signature),
     }
     return replace(plan, moves=moves, warnings=warnings, stats=stats, capacities=capacities)
+
+
+def promises(assessment: Assessment, plan: Plan) -> tuple[watch.Promise, ...]:
+    """What `plan` promises for each measured reason `assessment` found: the measure now, less the
+    gain the plan's own before/after figures predict (the plan measures over the brokers it may
+    use, so its gain, not its end value, is carried over)."""
+    stats = plan.stats
+    out = []
+    if "disk_spread" in assessment.reasons and assessment.spread is not None:
+        before, after = stats.get("spread_before"), stats.get("spread_after")
+        if isinstance(before, int | float) and isinstance(after, int | float):
+            gain = float(before) - float(after)
+            out.append(watch.Promise("disk_spread", assessment.spread, assessment.spread - gain, assessment.threshold))
+    skew, spread_now = assessment.traffic_spread, assessment.net_in_spread
+    if "traffic_spread" in assessment.reasons and skew and spread_now and assessment.traffic_threshold is not None:
+        before_in, after_in = stats.get("traffic_spread_before"), stats.get("traffic_spread_after")
+        if isinstance(before_in, dict) and isinstance(after_in, dict) and "net_in" in before_in:
+            mean = spread_now / skew
+            gain = (float(before_in["net_in"]) - float(after_in["net_in"])) / mean
+            out.append(watch.Promise("traffic_spread", skew, skew - gain, assessment.traffic_threshold))
+    return tuple(out)
 
 
 def _breaks_racks(model: ClusterModel, partition: Partition) -> bool:

@@ -23,6 +23,9 @@
       traffic_spread: 0.25     # with traffic: broker network-in spread (max - min, over the mean)
       traffic_floor: 1MB       # above which traffic alone puts a cluster out of balance, once the
                                # spread is also above this many bytes/s (an idle cluster's noise is not)
+      min_gain: 0.25           # execute a plan for a spread only if it promises to remove this share of
+                               # the excess over the threshold; a plan that then does not keep half its
+                               # promise makes the watch back off (after_s x 2, x 4, ...; `watch.py`)
 
 Rule keys and precedence are described in `strait.balancer.capacity` (the same for disk
 classes); `--capacity` and `--disk-class` on the command line override these rules dir by dir.
@@ -66,6 +69,7 @@ class BalanceConfig(BaseModel):
     traffic: bool = False
     traffic_spread: float = Field(default=0.25, gt=0)
     traffic_floor: Rate = Field(default=1_000_000, ge=0)
+    min_gain: float = Field(default=0.25, ge=0, le=1)
 
     @model_validator(mode="after")
     def _watch_needs_clusters(self) -> BalanceConfig:

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from strait.balancer import executor, imbalance, sampler, service, watch
@@ -77,7 +77,10 @@ class BalanceWatcher:
         self._leading = leading
         self._clock = clock
         self.policy = watch.Policy(
-            after_s=settings.after_s, execute=settings.execute, replan_s=max(settings.after_s, settings.interval_s)
+            after_s=settings.after_s,
+            execute=settings.execute,
+            replan_s=max(settings.after_s, settings.interval_s),
+            min_gain=settings.min_gain,
         )
         self.goals = Goals(threshold=settings.threshold)
         self._lock = threading.Lock()
@@ -143,6 +146,7 @@ class BalanceWatcher:
                 reasons=assessment.reasons,
                 signature=assessment.signature,
                 execution=_latest_execution(props),
+                measures=assessment.measures(),
             )
         except (BalanceError, OSError) as exc:
             self._failed(name, f"cannot sample cluster {name!r}: {exc}")
@@ -190,7 +194,7 @@ class BalanceWatcher:
             plan.bytes,
             "" if self.policy.execute else " (not executed: balance.execute is off)",
         )
-        state = watch.proposed(state, made.id, len(plan.moves), seen.at)
+        state = watch.proposed(state, made.id, len(plan.moves), seen.at, imbalance.promises(assessment, plan))
         # The same sample again: with the fresh proposal, the machine says whether to execute it.
         return watch.observe(state, seen, self.policy)
 
@@ -265,6 +269,8 @@ class BalanceWatcher:
             log.warning("balance watch: cluster %s out of balance for %.0f s", name, after.out_of_balance_s())
         elif after.phase == watch.HELD:
             log.warning("balance watch: cluster %s: a person cancelled the last proposal; holding", name)
+        elif after.phase == watch.BACKING_OFF:
+            log.warning("balance watch: cluster %s: not executing proposal %s: %s", name, after.proposal, after.backoff)
         else:
             log.info("balance watch: cluster %s is %s", name, after.phase.replace("_", " "))
 
@@ -290,6 +296,10 @@ class BalanceWatcher:
                     "after_s": self.policy.after_s,
                     "execution": state.running,
                     "held": state.held is not None,
+                    "backoff": state.backoff if state.phase == watch.BACKING_OFF else None,
+                    "backoff_until": state.hold_until,
+                    "ineffective_plans": state.strikes,
+                    "promise": [asdict(p) for p in state.proposal_promise] if state.proposal else [],
                     "checked": self._checked[name],
                     "error": self._errors[name],
                     "errors": self._error_count[name],

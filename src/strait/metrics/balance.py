@@ -124,6 +124,17 @@ class WatchCollector(Collector):
             "1 while a person's cancel holds the watch from executing until the imbalance changes.",
             labels=["cluster"],
         )
+        backing_off = GaugeMetricFamily(
+            "strait_balance_watch_backing_off",
+            "1 while the watch does not execute its proposal: the predicted gain is too small, or "
+            "its last plans did not keep their promise (GET /balance/watch says why and until when).",
+            labels=["cluster"],
+        )
+        ineffective = GaugeMetricFamily(
+            "strait_balance_ineffective_plans",
+            "Plans the watch executed in a row that did not narrow the spread as they promised.",
+            labels=["cluster"],
+        )
         errors = CounterMetricFamily(
             "strait_balance_watch_errors",
             "Samples, plans or executions of the watch that failed (cluster unreachable, ...).",
@@ -139,6 +150,8 @@ class WatchCollector(Collector):
             seconds.add_metric([cluster], float(row.get("out_of_balance_s") or 0.0))
             alert.add_metric([cluster], 1.0 if row.get("alert") else 0.0)
             held.add_metric([cluster], 1.0 if row.get("held") else 0.0)
+            backing_off.add_metric([cluster], 1.0 if row.get("backoff") else 0.0)
+            ineffective.add_metric([cluster], float(row.get("ineffective_plans") or 0))
             measured = (row.get("assessment") or {}).get("spread")
             if measured is not None:
                 spread.add_metric([cluster], measured)
@@ -147,4 +160,4 @@ class WatchCollector(Collector):
                 traffic.add_metric([cluster], measured_traffic)
             if row.get("proposal") is not None:
                 proposal.add_metric([cluster], row["proposal"]["moves"])
-        yield from (reason, seconds, alert, spread, traffic, proposal, held, errors)
+        yield from (reason, seconds, alert, spread, traffic, proposal, held, backing_off, ineffective, errors)
