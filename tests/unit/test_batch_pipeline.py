@@ -49,6 +49,7 @@ class FakeSource:
         self.is_compacted = compacted
         self.aborted: dict[Key, list[AbortedTransaction]] = {}
         self.fetches = 0
+        self.fetched_bytes = 0
 
     def leaders(self, topic: str) -> dict[int, int]:
         return {p: 1 for t, p in self.logs if t == topic}
@@ -60,11 +61,20 @@ class FakeSource:
         batches = split_batches(b"".join(self.logs[key])).batches
         return batches[-1].next_offset if batches else 0
 
-    def fetch(self, node: int, offsets: dict[Key, int], **_: Any) -> Future:
+    def fetch(self, node: int, offsets: dict[Key, int], *, max_bytes: int = 1 << 62, **_: Any) -> Future:
         self.fetches += 1
         topics: dict[str, list[Any]] = {}
         for key, offset in offsets.items():
-            blob = b"".join(raw for raw in self.logs[key] if split_batches(raw).batches[0].last_offset >= offset)
+            # Whole batches up to max_bytes, at least one (a broker's soft limit).
+            raws = [raw for raw in self.logs[key] if split_batches(raw).batches[0].last_offset >= offset]
+            taken: list[bytes] = []
+            for raw in raws:
+                if taken and sum(map(len, taken)) + len(raw) > max_bytes:
+                    break
+                taken.append(raw)
+            blob = b"".join(taken)
+            max_bytes = max(0, max_bytes - len(blob))
+            self.fetched_bytes += len(blob)
             end = self.end(key)
             aborted = [_Obj(producer_id=a.producer_id, first_offset=a.first_offset) for a in self.aborted.get(key, [])]
             topics.setdefault(key[0], []).append(

@@ -31,6 +31,7 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from strait.access_errors import authorization_message
+from strait.worker.batch.budget import FetchBudget
 from strait.worker.batch.identities import Identities
 from strait.worker.batch.leaders import LeaderCache
 from strait.worker.batch.link import Key, Links, fetched_partitions, produced_partitions
@@ -108,6 +109,7 @@ class BatchPipeline(PipelineLoop):
         self._flush_timeout_s = 0.0
         self._watch = LoopWatch(name)  # slow loop turns in the debug log (strait.worker.stalls)
         self._unreachable: str | None = None
+        self._budget = FetchBudget.from_env()  # off unless set (strait.worker.batch.budget)
         self._thread = threading.Thread(target=self._run, name=f"strait-copy-{client_id}-{name}", daemon=True)
 
     # -- the Pipeline protocol (any thread) ----------------------------------------------------
@@ -116,7 +118,9 @@ class BatchPipeline(PipelineLoop):
         """Start copying ``state``'s partition from exactly ``offset``."""
         tracker = self._begin(state, offset)
         if tracker is not None:
-            state.mode, state.mode_reason = "batch", ""
+            # (The copier says why in ``state.mode_reason``: lagging, or nothing when a route
+            # copies every partition in batch mode.)
+            state.mode = "batch"
             self._commands.put(partial(self._add, state, tracker))
 
     def _close_unstarted(self) -> None:
@@ -320,6 +324,11 @@ class BatchPipeline(PipelineLoop):
             elif leader not in self._fetches:
                 by_leader.setdefault(leader, []).append(part)
         settings = self._settings
+        max_bytes = settings.fetch_max_bytes
+        if self._budget is not None and by_leader:
+            max_bytes = min(max_bytes, self._budget.available())
+            if max_bytes <= 0:
+                return
         for leader, parts in by_leader.items():
             # Long-poll only when no partition of the leader waits outside the request: one
             # left out (its queue full) must not wait a whole poll once its queue drains.
@@ -329,7 +338,7 @@ class BatchPipeline(PipelineLoop):
                 leader,
                 offsets,
                 partition_max_bytes={p.source: p.fetch_bytes for p in parts},
-                max_bytes=settings.fetch_max_bytes,
+                max_bytes=max_bytes,
                 max_wait_ms=wait_ms,
             )
             for part in parts:
@@ -364,6 +373,8 @@ class BatchPipeline(PipelineLoop):
         state = part.state
         code = fetched.error_code
         if code == 0:
+            if self._budget is not None:
+                self._budget.spend(len(fetched.records))
             if fetched.high_watermark > (state.source_end or 0):
                 state.source_end = fetched.high_watermark
             decision = part.take_fetch(fetched, now)
