@@ -89,6 +89,10 @@ def _merge(props: ClusterProps, overrides: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(value, str) and is_secret_key(key):
             remember(value)  # masked in every log line and error message from now on
     merged.setdefault("logger", LIBRDKAFKA_LOG)
+    # librdkafka leaves Nagle's algorithm on, where the Java client (MirrorMaker's) sets
+    # TCP_NODELAY on every socket: a small request written while an earlier one is unacknowledged
+    # can then wait for the peer's delayed ACK (up to 40 ms on Linux). A cluster may still set it.
+    merged.setdefault("socket.nagle.disable", True)
     # A refused SASL handshake or certificate only shows here; remember it so the call that
     # then times out can say why (strait.access_errors).
     merged.setdefault("error_cb", partial(access_errors.on_client_error, dict(props)))
