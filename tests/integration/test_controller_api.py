@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from strait import clients
 from strait.config import parse_config
 from strait.controller.discovery import SourceMetadata
 from strait.controller.service import ControllerService
@@ -15,6 +16,7 @@ from strait.coordination import connect
 from strait.demo import create_topic
 from strait.sandbox import Sandbox
 from strait.web.app import create_app
+from strait.worker.destination import for_route
 
 pytestmark = pytest.mark.integration
 
@@ -38,6 +40,14 @@ def api(sandbox: Sandbox) -> Iterator[TestClient]:
             "routes": [
                 {"name": "one", "source": "src", "destination": "dst"},
                 {"name": "two", "source": "src", "destination": "dst"},
+                # More replicas than the destination has brokers: its topics cannot be created.
+                {
+                    "name": "three",
+                    "source": "src",
+                    "destination": "dst",
+                    "naming": {"prefix": "three."},
+                    "replication_factor": 9,
+                },
             ],
             "controller": {"api_token": TOKEN},
         },
@@ -51,6 +61,7 @@ def api(sandbox: Sandbox) -> Iterator[TestClient]:
         metadata=SourceMetadata(config.clusters),
         controller_id="t",
         new_topic_wait_s=1.0,
+        destinations=lambda r: for_route(config.clusters[r.source], config.clusters[r.destination], r),
     )
     with TestClient(create_app(service, api_token=TOKEN)) as client:
         yield client
@@ -61,7 +72,7 @@ def test_reads_answer(api: TestClient) -> None:
     health = api.get("/health")
     assert health.status_code == 200 and health.json()["status"] == "ok"
     assert health.json()["leader"] is False  # no control loop runs here
-    assert [r["name"] for r in api.get("/routes").json()] == ["one", "two"]
+    assert [r["name"] for r in api.get("/routes").json()] == ["one", "two", "three"]
     assert api.get("/topics").json() == []
     assert api.get("/workers").json() == []
     assert api.get("/assignment").json() == {}
@@ -86,6 +97,24 @@ def test_add_is_201_then_200_then_409(api: TestClient, topic: str) -> None:
     assert [(t["route"], t["topic"], t["state"]) for t in listed] == [("one", topic, "waiting-for-workers")]
     detail = api.get(f"/topics/{topic}", params={"route": "one"}).json()
     assert [p["partition"] for p in detail["partition_detail"]] == [0, 1, 2]
+
+
+def test_an_added_topics_destination_is_created_at_once_and_a_refused_one_is_502(
+    api: TestClient, sandbox: Sandbox
+) -> None:
+    name = f"api-dst-{uuid.uuid4().hex[:6]}"
+    create_topic(sandbox.clusters["src"].props(), name, partitions=2)
+    created = api.post(f"/topics/{name}", json={"route": "one"}, headers=AUTH)
+    assert created.status_code == 201, created.text
+    # Created by the POST itself, with the source's partition count, before any worker runs.
+    listed = clients.admin(sandbox.clusters["dst"].props()).list_topics(name, timeout=30).topics
+    assert len(listed[name].partitions) == 2
+    refused = api.post(f"/topics/{name}", json={"route": "three"}, headers=AUTH)
+    assert refused.status_code == 502, refused.text
+    error = refused.json()["error"]
+    assert f"destination topic 'three.{name}' on cluster 'dst'" in error and "replication" in error.lower()
+    # Nothing lost: the topic stays added (its workers would keep trying).
+    assert api.get(f"/topics/{name}", params={"route": "three"}).status_code == 200
 
 
 def test_a_topic_created_a_moment_ago_is_added_and_listed_at_once(api: TestClient, sandbox: Sandbox) -> None:

@@ -44,3 +44,11 @@ def test_a_refusal_is_an_error_not_a_wait() -> None:
     admin = Admin([{0: KafkaError.TOPIC_AUTHORIZATION_FAILED}])
     with pytest.raises(KafkaException):
         _serving(admin, "t", 1, 5)  # type: ignore[arg-type]
+
+
+def test_a_leader_epoch_the_broker_has_yet_to_learn_means_not_ready_then_ready() -> None:
+    # Seen on the sandbox: a ListOffsets right after a creation answered UNKNOWN_LEADER_EPOCH.
+    admin = Admin([{0: KafkaError.UNKNOWN_LEADER_EPOCH}, {1: KafkaError.FENCED_LEADER_EPOCH}, {}])
+    assert not _serving(admin, "t", 2, 5)  # type: ignore[arg-type]
+    assert not _serving(admin, "t", 2, 5)  # type: ignore[arg-type]
+    assert _serving(admin, "t", 2, 5)  # type: ignore[arg-type]

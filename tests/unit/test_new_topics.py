@@ -1,15 +1,19 @@
 """Adding a topic through the API: a topic created a moment ago is waited for, a missing one is 404,
-only the named topic is asked about, and a just-added topic is listed at once."""
+only the named topic is asked about, a just-added topic is listed at once, and its destination
+topic is created there and then (a failure is a 502 naming cluster and topic)."""
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Iterable
 
 import pytest
+from fastapi.testclient import TestClient
 
-from strait.config import parse_config
+from strait.config import RouteConfig, parse_config
 from strait.controller.discovery import await_topic
-from strait.controller.service import ControllerService, NotFound, TopicRequest
+from strait.controller.service import ControllerService, DestinationFailed, NotFound, TopicRequest
 from strait.coordination.model import (
     Assignment,
     ClusterSnapshot,
@@ -19,6 +23,7 @@ from strait.coordination.model import (
     WorkerState,
     describe_keys,
 )
+from strait.web.app import create_app
 
 CONFIG = parse_config(
     {"clusters": {"src": {}, "dst": {}}, "routes": [{"name": "main", "source": "src", "destination": "dst"}]},
@@ -165,3 +170,115 @@ def test_log_lines_name_the_partitions_compactly() -> None:
     many = describe_keys(_keys([(f"t{n}", 2) for n in range(8)]), limit=3)
     assert many == "main/t0[0-1], main/t1[0-1], main/t2[0-1] and 5 more topics"
     assert describe_keys([]) == ""
+
+
+class Maker:
+    """A route's destination topics as the API uses them: records what it is asked to make;
+    ``gate``, when given, holds each answer until it is set."""
+
+    def __init__(self, events: list[str], error: Exception | None = None, gate: threading.Event | None = None) -> None:
+        self.events = events
+        self.error = error
+        self.gate = gate
+
+    def ensure(self, source_topic: str, destination_topic: str, *, min_partitions: int = 0) -> int:
+        self.events.append(f"ensure {source_topic}->{destination_topic}")
+        if self.gate is not None:
+            self.gate.wait(30)
+        if self.error is not None:
+            raise self.error
+        return 3
+
+
+class Woken:
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def wake(self) -> None:
+        self.events.append("wake")
+
+
+def _creating_service(
+    store: Store, events: list[str], error: Exception | None = None, gate: threading.Event | None = None
+) -> ControllerService:
+    made: list[str] = []
+
+    def destinations(route: RouteConfig) -> Maker:
+        made.append(route.name)
+        events.append(f"maker for {route.name} ({len(made)})")
+        return Maker(events, error, gate)
+
+    return ControllerService(
+        config=parse_config(
+            {
+                "clusters": {"src": {}, "dst": {}},
+                "routes": [{"name": "main", "source": "src", "destination": "dst", "naming": {"prefix": "src."}}],
+            },
+            environ={},
+        ),
+        store=store,  # type: ignore[arg-type]
+        metadata=Metadata({"orders": 3, "payments": 1}),  # type: ignore[arg-type]
+        controller=Woken(events),  # type: ignore[arg-type]
+        destinations=destinations,
+        destination_wait_s=0.2,
+    )
+
+
+def test_adding_a_topic_creates_its_destination_after_waking_the_leader_with_the_routes_naming() -> None:
+    events: list[str] = []
+    store = Store()
+    service = _creating_service(store, events)
+    created, _ = service.add_topic("orders", TopicRequest())
+    service.add_topic("payments", TopicRequest())
+    again, _ = service.add_topic("orders", TopicRequest())
+    assert created and not again
+    # The assignment is being published (the leader woken) while the destination is made; one
+    # maker per route, asked again on a repeated POST (the destination may have gone).
+    assert events == [
+        "wake",
+        "maker for main (1)",
+        "ensure orders->src.orders",
+        "wake",
+        "ensure payments->src.payments",
+        "wake",
+        "ensure orders->src.orders",
+    ]
+
+
+def test_a_destination_that_cannot_be_made_is_502_naming_cluster_and_topic_and_the_topic_stays_added() -> None:
+    events: list[str] = []
+    store = Store()
+    service = _creating_service(store, events, error=RuntimeError("destination topic 'src.orders': not authorized"))
+    with pytest.raises(DestinationFailed) as raised:
+        service.add_topic("orders", TopicRequest())
+    message = raised.value.message
+    assert "'src.orders' on cluster 'dst'" in message and "not authorized" in message
+    assert "topic 'orders' is added to route 'main'" in message
+    assert ("main", "orders") in store.specs  # nothing lost: the workers create it themselves
+    app = TestClient(create_app(service, api_token=None))
+    response = app.post("/topics/orders")
+    assert response.status_code == 502 and "on cluster 'dst'" in response.json()["error"]
+
+
+def test_a_slow_destination_does_not_hold_the_post_and_its_failure_is_logged_later(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    events: list[str] = []
+    store = Store()
+    gate = threading.Event()
+    service = _creating_service(store, events, error=RuntimeError("not authorized"), gate=gate)
+    with caplog.at_level(logging.INFO, logger="strait.controller.service"):
+        created, _ = service.add_topic("orders", TopicRequest())
+        assert created and "not ready after 0s; still being made ready" in caplog.text
+        gate.set()
+        for _ in range(3000):
+            if "not authorized (the workers keep trying)" in caplog.text:
+                break
+            threading.Event().wait(0.01)
+    assert "destination topic src.orders on cluster dst not ready: not authorized" in caplog.text
+
+
+def test_without_a_maker_adding_a_topic_creates_nothing() -> None:
+    store = Store()
+    created, _ = _service(Metadata({"orders": 3}), store).add_topic("orders", TopicRequest())
+    assert created and ("main", "orders") in store.specs

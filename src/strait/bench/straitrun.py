@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -162,10 +163,17 @@ class StraitReplicator:
         raise RuntimeError(f"timed out waiting for {what}; see logs in {self._workdir}")
 
     def add_topics(self, topics: Sequence[str]) -> float:
+        """POST every topic at once, as an operator's script adding several would (a POST returns
+        once the topic's destination is ready); returns when the first was sent."""
         asked = time.time()
-        for topic in topics:
+
+        def post(topic: str) -> None:
             self.posted_at[topic] = time.time()  # each topic's own POST (the issue's "after its POST")
             self._api.call("POST", f"/topics/{topic}", json={"start": "earliest"})
+
+        if topics:
+            with ThreadPoolExecutor(max_workers=len(topics), thread_name_prefix="post") as posting:
+                list(posting.map(post, topics))  # re-raises the first refusal
         return asked
 
     def pids(self) -> list[int]:

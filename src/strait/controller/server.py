@@ -27,6 +27,7 @@ from strait.metrics.probe import OffsetProbe
 from strait.web.app import create_app
 from strait.web.balance import mount_balance_watch
 from strait.web.dashboard import mount_observability
+from strait.worker.destination import for_route as destination_topics
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,11 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
         controller=controller,
         controller_id=identity.id,
         new_topic_wait_s=config.controller.new_topic_wait_s,
+        # A topic added through the API gets its destination topic at once, with the rules the
+        # worker's copier uses (strait.worker.destination.for_route).
+        destinations=lambda route: destination_topics(
+            config.clusters[route.source], config.clusters[route.destination], route
+        ),
     )
     loop = threading.Thread(target=controller.run, name="control-loop", daemon=True)
     loop.start()

@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, Protocol
 
 from strait.config import RouteConfig, StraitConfig
 from strait.controller.discovery import MetadataUnavailable, SourceMetadata, await_topic
@@ -29,6 +35,11 @@ _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 # asynchronously (later on a loaded host), and a client that creates a topic and adds it at once
 # must not get a 404 for it.
 NEW_TOPIC_WAIT_S = 5.0
+
+# How long `POST /topics/{topic}` waits for the destination topic it creates: long enough for a
+# creation and its leaders (0.2 to 2.3 s measured on a loaded machine), short enough that an HTTP
+# client's timeout does not cut a slow one off; after it, the creation goes on in the background.
+DESTINATION_WAIT_S = 10.0
 
 
 class ServiceError(Exception):
@@ -57,6 +68,19 @@ class Unavailable(ServiceError):
     kind = "unavailable"
 
 
+class DestinationFailed(ServiceError):
+    """The destination cluster refused or did not answer (502: the controller's upstream failed)."""
+
+    kind = "bad_gateway"
+
+
+class TopicMaker(Protocol):
+    """Makes a route's destination topics ready (`strait.worker.destination.DestinationTopics`)."""
+
+    def ensure(self, source_topic: str, destination_topic: str, *, min_partitions: int = 0) -> int:
+        """Create or grow the destination topic like the source's; raises on failure."""
+
+
 @dataclass(frozen=True)
 class TopicRequest:
     """Settings of a topic to add; `None` means "the default"."""
@@ -83,13 +107,21 @@ class ControllerService:
         controller: Controller | None = None,
         controller_id: str = "",
         new_topic_wait_s: float = NEW_TOPIC_WAIT_S,
+        destinations: Callable[[RouteConfig], TopicMaker] | None = None,
+        destination_wait_s: float = DESTINATION_WAIT_S,
     ) -> None:
+        """``destinations`` makes a route's destination topics (one maker per route, made on first
+        use); with it, adding a topic creates its destination topic at once (see add_topic)."""
         self.config = config
         self.store = store
         self.metadata = metadata
         self.controller = controller
         self.controller_id = controller_id
         self.new_topic_wait_s = new_topic_wait_s
+        self._make_destinations = destinations
+        self.destination_wait_s = destination_wait_s
+        self._destinations: dict[str, TopicMaker] = {}
+        self._destinations_lock = threading.Lock()
 
     # --- reads ---------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
@@ -229,7 +261,70 @@ class ControllerService:
             log.info("route %s: topic %s added through the API (%d partitions)", route.name, topic, partitions)
         if self.controller is not None:
             self.controller.wake()
+        # While the leader publishes the assignment (woken above) and a worker picks the
+        # partitions up, the destination topic is created here: the worker then finds it ready
+        # instead of creating it itself, the largest step between a POST and the first record.
+        self._ensure_destination(route, spec)
         return existing is None, self._describe(spec)
+
+    def _ensure_destination(self, route: RouteConfig, spec: TopicSpec) -> None:
+        """Make ``spec``'s destination topic ready, or say which cluster and topic failed.
+
+        The topic stays added when this fails: its workers try again themselves (as they did
+        before the controller created topics), and a repeated POST is answered 200 once ready.
+        A creation still under way after ``destination_wait_s`` goes on in the background and
+        the POST is answered (a worker that meets the topic first waits for its leaders).
+        """
+        if self._make_destinations is None:
+            return
+        with self._destinations_lock:
+            maker = self._destinations.get(route.name)
+            if maker is None:
+                maker = self._destinations[route.name] = self._make_destinations(route)
+        started = time.monotonic()
+        outcome: Future[int] = Future()
+
+        def ensure() -> None:
+            try:
+                outcome.set_result(maker.ensure(spec.topic, spec.destination_topic))  # asked each time: it may be gone
+            except BaseException as exc:
+                outcome.set_exception(exc)
+
+        # A thread of its own, a daemon: a destination that does not answer holds up no shutdown.
+        threading.Thread(target=ensure, name=f"destination-{spec.destination_topic}", daemon=True).start()
+        try:
+            count = outcome.result(timeout=self.destination_wait_s)
+        except FutureTimeout:
+            log.info(
+                "route %s: destination topic %s on cluster %s not ready after %.0fs; still being made ready",
+                route.name,
+                spec.destination_topic,
+                route.destination,
+                self.destination_wait_s,
+            )
+            outcome.add_done_callback(partial(_log_late, route, spec))
+            return
+        except Exception as exc:  # DestinationError, KafkaException: both name the cause
+            log.warning(
+                "route %s: destination topic %s on cluster %s not ready: %s",
+                route.name,
+                spec.destination_topic,
+                route.destination,
+                exc,
+            )
+            raise DestinationFailed(
+                f"topic {spec.topic!r} is added to route {route.name!r}, but its destination topic "
+                f"{spec.destination_topic!r} on cluster {route.destination!r} could not be made ready: {exc} "
+                "(the workers keep trying; POST again to check)"
+            ) from exc
+        log.debug(
+            "route %s: destination topic %s on cluster %s ready (%d partitions) in %.3fs",
+            route.name,
+            spec.destination_topic,
+            route.destination,
+            count,
+            time.monotonic() - started,
+        )
 
     def remove_topic(self, topic: str, route_name: str | None) -> None:
         validate_topic_name(topic)
@@ -305,6 +400,23 @@ class ControllerService:
         else:
             state = "assigning"
         return {**self._describe(spec), "state": state}
+
+
+def _log_late(route: RouteConfig, spec: TopicSpec, outcome: Future[int]) -> None:
+    """What became of a destination topic still being made ready when its POST was answered."""
+    error = outcome.exception()
+    if error is None:
+        log.info(
+            "route %s: destination topic %s on cluster %s ready", route.name, spec.destination_topic, route.destination
+        )
+    else:
+        log.warning(
+            "route %s: destination topic %s on cluster %s not ready: %s (the workers keep trying)",
+            route.name,
+            spec.destination_topic,
+            route.destination,
+            error,
+        )
 
 
 def _partition_stats(snapshot: ClusterSnapshot) -> dict[str, dict[str, Any]]:

@@ -19,7 +19,7 @@ from strait.controller.service import ControllerService, ServiceError, TopicRequ
 from strait.coordination.store import StoreUnavailable
 from strait.web.balance import mount_balance
 
-_STATUS = {"invalid": 400, "not_found": 404, "conflict": 409, "unavailable": 503}
+_STATUS = {"invalid": 400, "not_found": 404, "conflict": 409, "bad_gateway": 502, "unavailable": 503}
 
 
 class TopicBody(BaseModel):

@@ -45,7 +45,7 @@ from strait.coordination.retry import RetryPolicy
 from strait.coordination.stats import for_zookeeper as stats_for_zookeeper
 from strait.coordination.store import CoordinationStore, StoreUnavailable, WorkerIdTaken
 from strait.metrics.worker import WorkerMetrics
-from strait.worker.destination import DestinationTopics
+from strait.worker.destination import for_route as destination_topics
 from strait.worker.lease import Lease, always
 from strait.worker.origin import OriginRule
 from strait.worker.task import PartitionTask
@@ -134,12 +134,7 @@ def copier_factory(
             copy=copy,
             copy_reason=copy_reason,
             # Destination topics are created without the settings the route keeps apart.
-            destinations=DestinationTopics(
-                source=source,
-                destination=destination,
-                replication_factor=route.replication_factor,
-                excluded_configs=route.topic_config.excluded,
-            ),
+            destinations=destination_topics(source, destination, route),
             **extra,
         )
         if metrics is not None:

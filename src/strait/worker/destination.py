@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
 
@@ -31,6 +31,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from strait import clients
 from strait.access_errors import explain
+
+if TYPE_CHECKING:
+    from strait.config import RouteConfig
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +58,13 @@ _FIRST_LEADER_CHECK_S = 0.05
 
 # A partition whose leader is named in the metadata may still refuse requests while its broker
 # sets it up (NOT_LEADER_OR_FOLLOWER, seen on a new topic under load for up to about a second);
-# these answers to a ListOffsets mean "not serving yet", not a failure.
+# these answers to a ListOffsets mean "not serving yet", not a failure. So do the leader epoch
+# errors: a broker that has yet to learn the new partition's leader epoch answers
+# UNKNOWN_LEADER_EPOCH (seen on the sandbox for a topic created a moment ago, under load).
 _NOT_SERVING_YET = frozenset(
     {
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.FENCED_LEADER_EPOCH,
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -75,6 +82,18 @@ _PARALLEL_ENSURES = 8
 
 class DestinationError(Exception):
     """The destination topic cannot be made ready; the message names topic and cause."""
+
+
+def for_route(source: Mapping[str, Any], destination: Mapping[str, Any], route: RouteConfig) -> DestinationTopics:
+    """The route's destination topics: its replication factor, without the source settings it
+    keeps apart. The worker's copier and the controller (which creates a topic's destination when
+    the topic is added) make them with the same rules."""
+    return DestinationTopics(
+        source=source,
+        destination=destination,
+        replication_factor=route.replication_factor,
+        excluded_configs=route.topic_config.excluded,
+    )
 
 
 def configs_to_copy(entries: Iterable[ConfigEntry], excluded: Callable[[str], bool] | None = None) -> dict[str, str]:
@@ -295,8 +314,11 @@ class DestinationTopics:
             self._create(source_topic, destination_topic, wanted, configs=configs, cluster=cluster)
         elif have < wanted:
             self._grow(destination_topic, wanted)
-        else:
+        elif destination_topic in self._ensured:
             return have
+        # A topic met for the first time may have been created a moment ago by someone else (the
+        # controller creates it when the topic is added, while the assignment is published):
+        # its leaders are checked as after a creation of our own, one round trip when they serve.
         return self._await_partitions(destination_topic, wanted)
 
     def _create(

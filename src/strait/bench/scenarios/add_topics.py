@@ -154,8 +154,8 @@ def _add_topics_run(
                 firsts[name] = None if first is None else round((first - t_add_us) / SEC, 3)
             present = [v for v in firsts.values() if v is not None]
             api_call_s = round(asked - t_add_us / SEC, 3)
-            # Strait: each topic's first record after its own POST (the POSTs go one after the
-            # other, so the last topic's is up to a second after the first's).
+            # Strait: each topic's first record after its own POST (the POSTs are sent together,
+            # each from its own thread; they may start a few milliseconds apart).
             posted = getattr(replicator, "posted_at", {})
             after_post = {
                 name: round(firsts[name] - (posted[name] - t_add_us / SEC), 3)  # type: ignore[operator]
