@@ -215,13 +215,20 @@ class RouteConfig(_Model):
     # checkpoints committed inside the destination transaction (see README).
     delivery: Literal["at-least-once", "exactly-once"] = "at-least-once"
     # batch (the default): copy whole record batches without decompressing them
-    # (strait.worker.batch), each partition whose batches cannot pass unchanged (compacted gaps,
+    # (strait.worker.batch) while a partition lags (catchup_lag_threshold below; record by record
+    # once it keeps up), each partition whose batches cannot pass unchanged (compacted gaps,
     # a destination compression.type other than the source's codec, old message formats) record
     # by record, with the reason in its stats. record: every partition record by record.
     # Exactly-once and active-active routes copy record by record whatever this says (the reason
     # is in their stats too; see strait.worker.agent.copy_mode).
     # (`copy` in the file; `copy_mode` in code, as pydantic models have a copy() method.)
     copy_mode: Literal["record", "batch"] = Field(default="batch", alias="copy")
+    # Partitions more than this many records behind are copied by the route's catch-up pipeline,
+    # the others by its realtime pipeline (a backlog cannot hold up a partition that keeps up).
+    # copy: batch routes copy the lagging partitions in batch mode and the caught-up ones record
+    # by record (their source batches hold a few records each); back to the realtime pipeline
+    # at a quarter of it. null: one pipeline for every partition (copy: batch: all in batch mode).
+    catchup_lag_threshold: int | None = Field(default=10_000, ge=1)
     # exactly-once only: a transaction is committed at least this often (and sooner when
     # transaction_max_bytes were produced in it).
     transaction_interval_ms: int = Field(default=100, ge=10, le=60_000)

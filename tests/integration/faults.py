@@ -214,6 +214,13 @@ def copy_modes(fleet: Fleet, topic: str) -> dict[int, str]:
     }
 
 
+def copy_route(copy: str) -> dict[str, Any]:
+    """Route options that copy in mode `copy` throughout: the default copies a batch route's
+    caught-up partitions record by record (strait.worker.moves), and a batch-mode fault test of
+    a trickle would then prove nothing about batch mode."""
+    return {"copy": copy, "catchup_lag_threshold": None} if copy == "batch" else {"copy": copy}
+
+
 def in_mode(fleet: Fleet, topic: str, partitions: int, copy: str, timeout_s: float = 60) -> None:
     """Wait until every partition of `topic` is copied in mode `copy`: a batch-mode fault test that
     fell back to record mode would prove nothing about batch mode."""

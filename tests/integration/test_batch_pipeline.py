@@ -4,6 +4,7 @@ cannot pass unchanged are copied record by record, with the reason in their stat
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -48,7 +49,8 @@ def make_copier(sandbox: Sandbox) -> Iterator[Callable[..., Copier]]:
             replication_factor=1,
             commit_interval_s=0.2,
             copy="batch",
-            **options,
+            # Every partition in batch mode, lagging or not (these tests copy small logs).
+            **{"catchup_lag_threshold": None, **options},
         )
         made.append(copier)
         copier.start()
@@ -212,6 +214,7 @@ def test_batch_copy_between_secured_clusters(secure_sandbox: Sandbox) -> None:
         replication_factor=1,
         commit_interval_s=0.2,
         copy="batch",
+        catchup_lag_threshold=None,  # batch mode for this small log too
     )
     copier.start()
     try:
@@ -276,3 +279,47 @@ def test_destination_broker_killed_mid_copy_loses_nothing(
     assert all(stats[t].mode == "batch" for t in tasks), stats
     outcome = faults.check("batch_destination_kill9", dst, topic, generator.produced(topic), record_property)
     print(f"rewinds {[stats[t].rewinds for t in tasks]}, duplicates {outcome.report.duplicates}")
+
+
+def test_a_caught_up_partition_moves_to_record_mode_and_new_records_arrive_once(
+    sandbox: Sandbox, make_copier: Callable[..., Copier]
+) -> None:
+    """The default split of a batch route: a backlog is copied in batch mode, the partition moves
+    to record mode once caught up (at its checkpoint), and the records written after that arrive
+    exactly once, in order, next to the backlog's."""
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    topic = f"bp-split-{uid()}"
+    create_topic(src, topic, 1)
+    produce_mixed(src, topic, 2000, "lz4", seed=3)
+    backlog = len(read_all(src, topic))
+    copier = make_copier(f"g-{uid()}", catchup_lag_threshold=500)
+    task = PartitionTask(ROUTE, topic, 0, topic)
+    seen: list[tuple[str | None, str, str]] = []
+    done = threading.Event()
+
+    def sample() -> None:  # every mode the partition runs in, in order
+        while not done.is_set():
+            s = stats_of(copier, task)
+            if s is not None and s.pipeline is not None and s.state == "ok":
+                now = (s.pipeline, s.mode, s.mode_reason)
+                if not seen or seen[-1] != now:
+                    seen.append(now)
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        copier.assign([task])
+        wait_for(lambda: copied_through(copier, task, backlog), "the backlog copied")
+        wait_for(lambda: bool(seen) and seen[-1][0] == "realtime", "the move to record mode once caught up")
+        produce_mixed(src, topic, 300, "lz4", seed=4)
+        source_rows = read_all(src, topic)
+        wait_for(lambda: copied_through(copier, task, len(source_rows)), "the new records copied")
+    finally:
+        done.set()
+        sampler.join(5)
+    assert seen[0] == ("batch", "batch", "lagging: more than 500 records behind"), seen
+    assert seen[1:] == [("realtime", "record", "caught up: batch mode once more than 500 records behind")], seen
+    copied_rows = read_all(dst, topic)
+    assert payload(copied_rows) == payload(source_rows)  # each record once, in order
+    assert [o for *_, o in copied_rows] == list(range(len(source_rows)))

@@ -27,6 +27,7 @@ from tests.integration.faults import (
     all_flowing,
     check,
     copy_modes,
+    copy_route,
     create_topic,
     fleets,
     flowing,
@@ -102,7 +103,7 @@ def test_repeated_kill_9_of_random_workers_loses_nothing(
     rng = random.Random(SEED)
     topic = f"fkill-{uid()}"
     create_topic(src, topic, PARTITIONS)
-    fleet = make_fleet(session_timeout_s=SESSION_S, route={"copy": copy})
+    fleet = make_fleet(session_timeout_s=SESSION_S, route=copy_route(copy))
     workers = ["w1", "w2", "w3"]
     _start(fleet, workers)
     recoveries: list[float] = []
@@ -146,7 +147,7 @@ def test_a_stopped_worker_past_its_session_does_not_lose_or_reorder(
     src, dst = clusters
     topic = f"fzombie-{uid()}"
     create_topic(src, topic, PARTITIONS)
-    fleet = make_fleet(session_timeout_s=SESSION_S, route={"copy": copy})
+    fleet = make_fleet(session_timeout_s=SESSION_S, route=copy_route(copy))
     _start(fleet, ["w1", "w2"])
     with load(src, {topic: PARTITIONS}, RATE) as generator:
         _replicate(fleet, dst, topic)
@@ -221,7 +222,7 @@ def test_deleted_destination_topic_is_reported_and_others_keep_flowing(
     healthy, doomed = f"fhealthy-{uid()}", f"fdoomed-{uid()}"
     create_topic(src, healthy, 4)
     create_topic(src, doomed, 2)
-    fleet = make_fleet(session_timeout_s=SESSION_S, route={"copy": copy})
+    fleet = make_fleet(session_timeout_s=SESSION_S, route=copy_route(copy))
     _start(fleet, ["w1", "w2"])
     with load(src, {healthy: 4, doomed: 2}, RATE) as generator:
         _replicate(fleet, dst, healthy, 4)

@@ -21,6 +21,7 @@ from tests.integration.faults import (
     all_flowing,
     check,
     copy_modes,
+    copy_route,
     create_topic,
     fleets,
     flowing,
@@ -73,7 +74,7 @@ def _restart_under_load(
     create_topic(src, topic, PARTITIONS, replicas=3, configs=REPLICATED)
     # The destination topic exists beforehand with the durability wanted there; the copier uses it.
     create_topic(dst, topic, PARTITIONS, replicas=3, configs=REPLICATED)
-    fleet = make_fleet(session_timeout_s=3.0, route={"replication_factor": 3, "copy": copy})
+    fleet = make_fleet(session_timeout_s=3.0, route={"replication_factor": 3, **copy_route(copy)})
     fleet.start_controller("c1")
     fleet.start_worker("w1")
     fleet.start_worker("w2")

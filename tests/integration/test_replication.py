@@ -18,7 +18,7 @@ from confluent_kafka.admin import ConfigResource, NewPartitions  # type: ignore[
 from strait import clients
 from strait.demo import Fleet, Generator, create_topic, wait_until
 from strait.sandbox import Sandbox
-from tests.integration.faults import in_mode
+from tests.integration.faults import copy_route, in_mode
 from tests.integration.verify import copied_counts, verify
 
 pytestmark = pytest.mark.integration
@@ -219,7 +219,7 @@ def test_partitions_added_to_a_topic_started_at_latest_are_copied_from_their_fir
     src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
     topic = f"latest-grow-{uid()}"
     create_topic(src, topic, 2)
-    fleet = make_fleet([{**MAIN_ROUTE, "copy": copy}])
+    fleet = make_fleet([{**MAIN_ROUTE, **copy_route(copy)}])
     fleet.start_controller()
     fleet.start_worker("w1")
     assert wait_until(lambda: fleet.workers_in_state("active") == {"w1"}, 30)

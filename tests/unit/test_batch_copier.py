@@ -1,6 +1,7 @@
-"""The copier with ``copy: batch``: partitions start in the batch pipeline, a partition handed to
-record mode moves to a record pipeline at its checkpoint, and stats and `strait status` say which
-mode and why."""
+"""The copier with ``copy: batch``: lagging partitions start in the batch pipeline and caught-up
+ones in the realtime record pipeline, they move between the two as their lag changes, a partition
+handed to record mode moves to a record pipeline at its checkpoint for good, and stats and
+`strait status` say which mode and why."""
 
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ from strait.coordination.model import (
     WorkerState,
 )
 from strait.metrics.observatory import Observatory, ObservatorySettings
-from strait.worker import starts
+from strait.worker import moves, starts
 from strait.worker.agent import copy_mode
 from strait.worker.copier import Copier
 from strait.worker.pipeline import PartitionState
+from strait.worker.task import PartitionTask
 from tests.unit.test_metrics import SnapshotStore
 from tests.unit.test_worker_copier import FakeCheckpoints, FakeDestinations, FakePipeline, _task, _wait_for
 
@@ -34,10 +36,10 @@ from tests.unit.test_worker_copier import FakeCheckpoints, FakeDestinations, Fak
 class FakeBatchPipeline(FakePipeline):
     def add(self, state: PartitionState, offset: int, *, move: bool = False) -> None:
         super().add(state, offset, move=move)
-        state.mode, state.mode_reason = "batch", ""
+        state.mode = "batch"
 
 
-def make(copy: Any, reason: str = "") -> Copier:
+def make(copy: Any, reason: str = "", threshold: int | None = 1000) -> Copier:
     return Copier(
         route="a-b",
         source={"bootstrap.servers": "127.0.0.1:1"},
@@ -45,7 +47,7 @@ def make(copy: Any, reason: str = "") -> Copier:
         group_id="strait-a-b",
         worker_id="w1",
         commit_interval_s=0.02,
-        catchup_lag_threshold=1000,
+        catchup_lag_threshold=threshold,
         pipeline_factory=FakePipeline,
         batch_factory=FakeBatchPipeline,
         checkpoints=FakeCheckpoints(),
@@ -64,19 +66,71 @@ def batch_copier(monkeypatch: pytest.MonkeyPatch) -> Iterator[Copier]:
     copier.stop(drain=False, timeout_s=1)
 
 
-def test_partitions_start_in_the_batch_pipeline(batch_copier: Copier) -> None:
+def lagging(copier: Copier, *tasks: PartitionTask, end: int = 5000) -> None:
+    """Give the partitions a backlog (the fake source's end offset) before they start."""
+    checkpoints: FakeCheckpoints = copier._checkpoints  # type: ignore[assignment]
+    for task in tasks:
+        checkpoints.ranges[task] = (0, end)
+
+
+def test_lagging_partitions_start_in_batch_mode_and_caught_up_ones_record_by_record(batch_copier: Copier) -> None:
+    behind, current = _task(0), _task(1)
+    lagging(batch_copier, behind)
+    batch_copier.assign([behind, current])
+    batch: FakeBatchPipeline = batch_copier._batch  # type: ignore[assignment]
+    realtime: FakePipeline = batch_copier._realtime  # type: ignore[assignment]
+    _wait_for(lambda: behind in batch.states and current in realtime.states)
+    stats = batch_copier.stats()
+    assert stats[behind].pipeline == "batch" and stats[behind].mode == "batch"
+    assert stats[behind].mode_reason == "lagging: more than 1,000 records behind"
+    assert stats[current].pipeline == "realtime" and stats[current].mode == "record"
+    assert stats[current].mode_reason == "caught up: batch mode once more than 1,000 records behind"
+    assert realtime.adds == [(current, 0)] and batch.adds == [(behind, 0)]
+
+
+def test_without_a_threshold_every_partition_starts_in_batch_mode() -> None:
+    copier = make("batch", threshold=None)
+    copier.start()
+    try:
+        task = _task(0)
+        copier.assign([task])
+        batch: FakeBatchPipeline = copier._batch  # type: ignore[assignment]
+        _wait_for(lambda: task in batch.states)
+        stats = copier.stats()[task]
+        assert stats.pipeline == "batch" and stats.mode == "batch" and stats.mode_reason == ""
+    finally:
+        copier.stop(drain=False, timeout_s=1)
+
+
+def test_a_partition_moves_to_record_mode_once_caught_up_and_back_when_it_lags_again(
+    batch_copier: Copier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(moves, "MIN_DWELL_S", 0.0)
+    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.02)
     task = _task(0)
+    lagging(batch_copier, task, end=1500)
     batch_copier.assign([task])
     batch: FakeBatchPipeline = batch_copier._batch  # type: ignore[assignment]
-    _wait_for(lambda: task in batch.states)
-    stats = batch_copier.stats()[task]
-    assert stats.pipeline == "batch" and stats.mode == "batch" and stats.mode_reason == ""
     realtime: FakePipeline = batch_copier._realtime  # type: ignore[assignment]
-    assert realtime.adds == []
+    _wait_for(lambda: task in batch.states)
+    state = batch.states[task]
+    # 1,300 records copied (batches ending at 999 and 1299): 200 behind, under a quarter of 1,000.
+    batch.send(state, 999, 1299)
+    batch.ack(state, 999)
+    assert batch_copier.stats()[task].pipeline == "batch"  # not while a batch is in flight
+    batch.ack(state, 1299)
+    _wait_for(lambda: realtime.adds == [(task, 1300)])
+    stats = batch_copier.stats()[task]
+    assert stats.pipeline == "realtime" and stats.mode == "record" and stats.mode_reason.startswith("caught up")
+    state.source_end = 3000  # a burst: 1,700 behind
+    _wait_for(lambda: batch.adds == [(task, 0), (task, 1300)])
+    stats = batch_copier.stats()[task]
+    assert stats.pipeline == "batch" and stats.mode == "batch" and stats.mode_reason.startswith("lagging")
 
 
 def test_record_mode_moves_the_partition_at_its_checkpoint(batch_copier: Copier) -> None:
     task = _task(0)
+    lagging(batch_copier, task)
     batch_copier.assign([task])
     batch: FakeBatchPipeline = batch_copier._batch  # type: ignore[assignment]
     realtime: FakePipeline = batch_copier._realtime  # type: ignore[assignment]
@@ -93,6 +147,35 @@ def test_record_mode_moves_the_partition_at_its_checkpoint(batch_copier: Copier)
     stats = batch_copier.stats()[task]
     assert stats.pipeline == "realtime" and stats.mode == "record"
     assert stats.mode_reason.startswith("codec_mismatch")
+
+
+def test_a_partition_whose_batches_cannot_pass_never_goes_back_to_batch_mode(
+    batch_copier: Copier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(moves, "MIN_DWELL_S", 0.0)
+    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.02)
+    task = _task(0)
+    lagging(batch_copier, task)
+    batch_copier.assign([task])
+    batch: FakeBatchPipeline = batch_copier._batch  # type: ignore[assignment]
+    realtime: FakePipeline = batch_copier._realtime  # type: ignore[assignment]
+    catchup: FakePipeline = batch_copier._catchup  # type: ignore[assignment]
+    _wait_for(lambda: task in batch.states)
+    state = batch.states[task]
+    state.mode, state.mode_reason = "record", "compacted_gap: offsets 4..9 missing"
+    _wait_for(lambda: realtime.adds == [(task, 0)])
+    # Still 5,000 behind: the record catch-up pipeline takes it, not the batch pipeline.
+    _wait_for(lambda: catchup.adds == [(task, 0)])
+    stats = batch_copier.stats()[task]
+    assert stats.pipeline == "catchup" and stats.mode == "record"
+    assert stats.mode_reason == "compacted_gap: offsets 4..9 missing"
+    catchup.send(state, 4990, 4999)
+    catchup.ack(state, 4990, 4999)
+    _wait_for(lambda: realtime.adds == [(task, 0), (task, 5000)])
+    state.source_end = 50_000
+    _wait_for(lambda: catchup.adds == [(task, 0), (task, 5000)])
+    assert batch.adds == [(task, 0)]
+    assert batch_copier.stats()[task].mode_reason == "compacted_gap: offsets 4..9 missing"
 
 
 def test_record_routes_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -193,6 +276,7 @@ def test_counters_go_on_when_the_partition_is_assigned_here_again(batch_copier: 
     them again: its per-partition counters, Prometheus counters, go on from where they were."""
     task = _task(0)
     batch: FakeBatchPipeline = batch_copier._batch  # type: ignore[assignment]
+    lagging(batch_copier, task)
     batch_copier.assign([task])
     _wait_for(lambda: task in batch.states)
     first = batch.states[task]

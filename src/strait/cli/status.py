@@ -80,16 +80,17 @@ def _routes(view: dict[str, Any]) -> Table:
 
 
 def _copy_modes(view: dict[str, Any]) -> Table | None:
-    """Partitions per route and copy mode, with why record by record (routes that chose
-    `copy: record` are left out: nothing fell back there)."""
+    """Partitions per route and copy mode, with why (routes that chose `copy: record` are left
+    out: nothing fell back there)."""
     rows = view.get("copy_modes") or []
-    # Batch is the default: an exactly-once or active-active route, or a partition whose batches
-    # cannot pass unchanged, fell back to record mode and is listed with its reason.
+    # Batch is the default: a batch route's partitions run in batch mode while they lag and record
+    # by record once caught up; an exactly-once or active-active route, or a partition whose
+    # batches cannot pass unchanged, fell back to record mode. Each is listed with its reason.
     shown = {r["route"] for r in rows if not r["reason"].startswith("route option copy: record")}
     rows = [r for r in rows if r["route"] in shown]
     if not rows:
         return None
-    table = Table("route", "mode", "partitions", "why record by record", title="Copy modes")
+    table = Table("route", "mode", "partitions", "why", title="Copy modes")
     for r in rows:
         table.add_row(r["route"], r["mode"], str(r["partitions"]), r["reason"] or "-")
     return table

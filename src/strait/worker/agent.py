@@ -133,6 +133,7 @@ def copier_factory(
             origin=OriginRule(route.source, route.destination) if route.active_active else None,
             copy=copy,
             copy_reason=copy_reason,
+            catchup_lag_threshold=route.catchup_lag_threshold,
             # Destination topics are created without the settings the route keeps apart.
             destinations=destination_topics(source, destination, route),
             **extra,

@@ -55,7 +55,9 @@ class Copier(PartitionStarts):
     ``source``/``destination`` are librdkafka property maps of the two clusters. Checkpoints are
     committed every ``commit_interval_s`` to ``group_id`` on the source. Partitions whose fetch
     lag exceeds ``catchup_lag_threshold`` records are copied by a separate catch-up pipeline
-    (``None`` puts every partition in one pipeline). ``pipeline_factory(name=..., settings=...,
+    (``None`` puts every partition in one pipeline); with ``copy="batch"`` that is the batch
+    pipeline, and caught-up partitions are copied record by record (:mod:`strait.worker.moves`).
+    ``pipeline_factory(name=..., settings=...,
     source=..., destination=..., group_id=..., client_id=...)`` replaces the record-by-record
     copy loop; it also receives ``observer=``. ``observer`` (a
     :class:`strait.metrics.stages.CopyObserver`, e.g. ``WorkerMetrics.route(route)``) receives
@@ -120,8 +122,9 @@ class Copier(PartitionStarts):
         self._catchup = (
             factory(name=CATCHUP, settings=catchup_settings, **common) if catchup_lag_threshold is not None else None
         )
-        # copy: batch: partitions start in the batch pipeline; one whose batches cannot pass
-        # unchanged moves to the record pipelines above (strait.worker.batch.pipeline).
+        # copy: batch: lagging partitions run in the batch pipeline, caught-up ones in the realtime
+        # record pipeline (every one in the batch pipeline without a threshold); one whose
+        # batches cannot pass unchanged moves to the record pipelines for good (strait.worker.moves).
         self._batch: Pipeline | None = None
         if copy == "batch":
             if batch_factory is None:

@@ -92,6 +92,8 @@ class Entry:
     overdue_logged: bool = False
     # Assigned again while its revoke was still in progress: started afresh once it ends.
     successor: PartitionTask | None = None
+    # A batch route's partition whose batches cannot pass unchanged: record mode for good.
+    batch_fallback: bool = False
 
 
 def snapshot(entry: Entry, earlier: tuple[int, int, int] | None = None) -> PartitionStats:

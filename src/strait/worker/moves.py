@@ -1,15 +1,25 @@
 """Which pipeline copies each of the copier's partitions, and the moves between them.
 
-A route's record pipelines are split by fetch lag (the Meituan split): partitions lagging more
-than the catch-up threshold go to the catch-up pipeline (larger fetches and batches), the others
-to the realtime one. A ``copy: batch`` route starts every partition in its batch pipeline; one
-whose batches cannot pass unchanged is handed to record mode (``state.mode``) and moved to the
-realtime record pipeline.
+The Meituan split, by fetch lag: a partition lagging more than the catch-up threshold is copied
+by a catch-up pipeline, a caught-up one by the realtime pipeline, so a backlog cannot hold up
+the records of a partition that keeps up. A record route's catch-up pipeline is a second record
+pipeline (larger fetches and batches). A ``copy: batch`` route's is its batch pipeline: a lagging
+partition's whole record batches pass through unchanged (the cheapest way to drain a backlog),
+while a caught-up partition, whose source batches hold a few records each, is copied record by
+record by the realtime pipeline, which re-batches through librdkafka (copied one for one, such
+batches made the batch loop's round trips the bottleneck and its latency tail ten times record
+mode's). A partition moves to the catch-up pipeline when its lag exceeds the threshold and back
+when it is at most a quarter of it, staying at least MIN_DWELL_S in each (hysteresis).
+
+A partition whose batches cannot pass unchanged (compacted gaps, a codec the destination would
+change, old formats...) is handed to record mode by the batch pipeline (``state.mode``), moves
+to the realtime record pipeline and never goes back to batch mode while assigned here; from then
+on it moves between the record pipelines like a record route's partition.
 
 A move is a release and a resume: the old pipeline stops fetching the partition, and once
 nothing of it is in flight the new one starts at its checkpoint, the exact resume point (no
-loss, no duplicates beyond what a release allows). The control thread drives every move; none
-of this does I/O.
+loss; duplicates only where a release gives up a batch whose answer was lost). The control
+thread drives every move; none of this does I/O.
 """
 
 from __future__ import annotations
@@ -27,12 +37,24 @@ MIN_DWELL_S = 5.0
 CLASSIFY_INTERVAL_S = 1.0
 
 
+def lagging_reason(threshold: int) -> str:
+    """Why a batch route's partition runs in batch mode (a stable text: ``strait status`` counts
+    partitions per reason; each partition's lag is in its own stats)."""
+    return f"lagging: more than {threshold:,} records behind"
+
+
+def caught_up_reason(threshold: int) -> str:
+    """Why a batch route's partition runs in record mode while it keeps up."""
+    return f"caught up: batch mode once more than {threshold:,} records behind"
+
+
 class Moves:
     """The copier's pipelines and the rules for placing partitions in them.
 
     ``catchup`` is None when ``threshold`` is None (one record pipeline for every partition);
     ``batch`` is the ``copy: batch`` route's batch pipeline, else None, and ``copy_reason`` says
-    why a route copies record by record.
+    why a route copies record by record. A batch route with ``threshold`` None copies every
+    partition in batch mode, lagging or not.
     """
 
     def __init__(
@@ -55,13 +77,22 @@ class Moves:
         return pipelines if self.batch is None else [*pipelines, self.batch]
 
     def first(self, state: PartitionState, start: int, end: int) -> Pipeline:
-        """The pipeline a partition starts in, copying from ``start`` with the source ending at ``end``."""
-        lagging = self.catchup is not None and end - start > (self.threshold or 0)
-        pipeline = self.catchup if lagging and self.catchup is not None else self.realtime
+        """The pipeline a partition starts in, copying from ``start`` with the source ending at ``end``.
+
+        By the lag known at the start, so neither a backlog nor a trickle begins with a move: a
+        batch route's backlog starts in batch mode, its caught-up partition in record mode.
+        """
+        lagging = self.threshold is not None and end - start > self.threshold
         if self.batch is not None:
-            return self.batch
+            if self.threshold is None:
+                return self.batch
+            if lagging:
+                state.mode_reason = lagging_reason(self.threshold)
+                return self.batch
+            state.mode, state.mode_reason = "record", caught_up_reason(self.threshold)
+            return self.realtime
         state.mode_reason = self._copy_reason
-        return pipeline
+        return self.catchup if lagging and self.catchup is not None else self.realtime
 
     def advance(self, entry: Entry, now: float) -> None:
         """Finish a move once the old pipeline let go of the partition."""
@@ -71,20 +102,29 @@ class Moves:
         if state.failed or state.tracker is None or entry.target is None:
             entry.phase = "running"
             return
+        target = entry.target
+        if entry.pipeline is self.batch and self.batch is not None:
+            if state.mode == "record":
+                # Handed to record mode by the batch pipeline (possibly while this move was on
+                # its way for a lag that fell): its batches cannot pass unchanged, for good.
+                entry.batch_fallback = True
+            elif self.threshold is not None:
+                state.mode, state.mode_reason = "record", caught_up_reason(self.threshold)
+        elif target is self.batch and self.threshold is not None:
+            state.mode_reason = lagging_reason(self.threshold)
         # Nothing of the partition is in flight: the checkpoint is the exact resume point.
         checkpoint = state.checkpoint
-        entry.target.add(state, state.tracker.position if checkpoint is None else checkpoint, move=True)
-        entry.pipeline, entry.target, entry.released = entry.target, None, None
+        target.add(state, state.tracker.position if checkpoint is None else checkpoint, move=True)
+        entry.pipeline, entry.target, entry.released = target, None, None
         entry.phase = "running"
         entry.since = now
 
     def classify(self, entries: list[Entry], now: float) -> None:
         """Move partitions between the realtime and catch-up pipelines by fetch lag (every
         CLASSIFY_INTERVAL_S)."""
-        if self.threshold is None or self.catchup is None or now < self._next_classify:
+        if self.threshold is None or now < self._next_classify:
             return
         self._next_classify = now + CLASSIFY_INTERVAL_S
-        threshold = self.threshold
         for entry in entries:
             state = entry.state
             lag = state.lag
@@ -92,16 +132,30 @@ class Moves:
                 continue
             if now - entry.since < MIN_DWELL_S:
                 continue
-            if entry.pipeline is self.realtime and lag > threshold:
-                target = self.catchup
-            elif entry.pipeline is self.catchup and lag <= threshold // 4:
-                target = self.realtime
-            else:
-                continue
-            if entry.pipeline is None:
+            target = self.target(entry, lag)
+            if target is None:
                 continue
             log.info("moving %s to the %s pipeline (lag %d)", state.task, target.name, lag)
             self._move(entry, target)
+
+    def target(self, entry: Entry, lag: int) -> Pipeline | None:
+        """Where a running partition with fetch lag ``lag`` belongs now, if elsewhere."""
+        threshold = self.threshold
+        if threshold is None:
+            return None
+        catchup = self.catchup
+        batch = self.batch
+        if batch is not None and not entry.batch_fallback:
+            catchup = batch
+        elif entry.pipeline is batch:
+            return None  # handed to record mode: to_record_mode moves it
+        if catchup is None:
+            return None
+        if entry.pipeline is self.realtime and lag > threshold:
+            return catchup
+        if entry.pipeline is catchup and lag <= threshold // 4:
+            return self.realtime
+        return None
 
     def to_record_mode(self, entries: list[Entry]) -> None:
         """Move partitions the batch pipeline handed to record mode to a record pipeline."""
@@ -115,6 +169,7 @@ class Moves:
             if state.mode != "record" or state.failed:
                 continue
             log.info("moving %s to record mode: %s", state.task, state.mode_reason)
+            entry.batch_fallback = True
             self._move(entry, self.realtime)
 
     @staticmethod

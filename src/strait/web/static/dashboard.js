@@ -94,7 +94,7 @@ function render(view) {
       cell(fmt(w.bytes_per_s)), cell(health[0], health[1])];
   });
   fillTable("topics", Object.entries(view.lag_by_topic), ([topic, lag]) => [cell(topic), cell(fmt(lag))]);
-  // Partitions per route, copy mode (batch or record) and why record by record.
+  // Partitions per route, copy mode (batch or record) and why (lagging, caught up, a fallback).
   fillTable("copy-modes", view.copy_modes || [], (m) => [cell(m.route), cell(m.mode), cell(m.partitions),
     cell(m.reason || null)]);
   fillTable("stuck", view.stuck, (s) => [cell(s.partition), cell(s.worker), cell(fmt(s.lag)), cell(fmt(s.stalled_s, 1)),

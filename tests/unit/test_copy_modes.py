@@ -1,0 +1,192 @@
+"""Which pipeline copies each partition of a ``copy: batch`` route (strait.worker.moves): batch
+mode while it lags, record mode once caught up, record mode for good once its batches cannot
+pass unchanged. Pure: the moves are driven by hand over fake pipelines, over generated histories
+of lag, acknowledgements, fallbacks and time, and every step is checked against the rules."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from strait.worker import moves
+from strait.worker.checkpoint import AckTracker
+from strait.worker.entries import Entry
+from strait.worker.moves import Moves, caught_up_reason, lagging_reason
+from strait.worker.pipeline import PartitionState
+from strait.worker.task import PartitionTask
+
+THRESHOLD = 1000
+FALLBACK = "codec_mismatch: source batches are lz4, destination zstd"
+
+
+class Pipe:
+    """A pipeline that copies nothing by itself: the test sends and acknowledges through it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.adds: list[int] = []
+        self.releasing: list[tuple[PartitionState, threading.Event]] = []
+
+    def start(self) -> None:
+        pass
+
+    def stop(self, timeout_s: float) -> None:
+        pass
+
+    def add(self, state: PartitionState, offset: int, *, move: bool = False) -> None:
+        state.tracker = AckTracker(offset)
+        state.pipeline = self.name
+        if self.name == "batch":
+            state.mode = "batch"
+        self.adds.append(offset)
+
+    def release(self, state: PartitionState) -> threading.Event:
+        done = threading.Event()
+        self.releasing.append((state, done))
+        self.settle()
+        return done
+
+    def settle(self) -> None:
+        for state, done in self.releasing:
+            if state.tracker is None or state.tracker.in_flight == 0:
+                done.set()
+
+
+def _setup(threshold: int | None = THRESHOLD) -> tuple[Moves, dict[str, Pipe]]:
+    pipes = {name: Pipe(name) for name in ("realtime", "catchup", "batch")}
+    return (
+        Moves(
+            realtime=pipes["realtime"],  # type: ignore[arg-type]
+            catchup=pipes["catchup"],  # type: ignore[arg-type]
+            batch=pipes["batch"],  # type: ignore[arg-type]
+            threshold=threshold,
+        ),
+        pipes,
+    )
+
+
+def _start(placement: Moves, end: int, now: float = 0.0) -> Entry:
+    entry = Entry(state=PartitionState(PartitionTask("r", "t", 0, "t")))
+    pipeline = placement.first(entry.state, 0, end)
+    entry.state.source_end = end
+    entry.phase, entry.pipeline, entry.since = "running", pipeline, now
+    pipeline.add(entry.state, 0)
+    return entry
+
+
+def test_a_backlog_starts_in_batch_mode_and_a_trickle_in_record_mode() -> None:
+    placement, pipes = _setup()
+    backlog, trickle = _start(placement, THRESHOLD + 1), _start(placement, THRESHOLD)
+    assert backlog.pipeline is pipes["batch"] and backlog.state.mode == "batch"
+    assert backlog.state.mode_reason == lagging_reason(THRESHOLD) == "lagging: more than 1,000 records behind"
+    assert trickle.pipeline is pipes["realtime"] and trickle.state.mode == "record"
+    assert trickle.state.mode_reason == caught_up_reason(THRESHOLD)
+
+
+def test_without_a_threshold_every_partition_of_a_batch_route_is_copied_in_batch_mode() -> None:
+    placement, pipes = _setup(None)
+    entry = _start(placement, 5)
+    assert entry.pipeline is pipes["batch"] and entry.state.mode == "batch" and entry.state.mode_reason == ""
+    entry.state.source_end = 10**9
+    placement.classify([entry], 100.0)
+    assert entry.phase == "running" and entry.pipeline is pipes["batch"]
+
+
+def _copy(entry: Entry, rng: random.Random) -> None:
+    """The current pipeline sends a few records and answers some of what is in flight."""
+    state = entry.state
+    tracker = state.tracker
+    assert tracker is not None
+    if entry.phase == "running" and state.source_end is not None:
+        for _ in range(rng.randrange(4)):
+            if tracker.next_offset < state.source_end:
+                tracker.sent(tracker.next_offset + rng.randrange(3), source_gap=True)
+    for offset in sorted(tracker._outstanding):  # white-box: answer some of what is in flight
+        roll = rng.random()
+        if roll < 0.03:
+            tracker.failed(offset)  # pins the checkpoint: acknowledged records after it go again
+        elif roll < 0.6:
+            tracker.acked(offset)
+    if tracker.blocked and not tracker.in_flight and entry.phase == "running":
+        tracker.rewind()  # as a pipeline does after a failure
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_generated_histories_keep_the_rules(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)
+    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.0)
+    dwell = rng.choice([0.0, 5.0])
+    monkeypatch.setattr(moves, "MIN_DWELL_S", dwell)
+    placement, pipes = _setup()
+    batch, realtime, catchup = pipes["batch"], pipes["realtime"], pipes["catchup"]
+    now = 0.0
+    entry = _start(placement, rng.choice([0, 50, THRESHOLD + 1, 10 * THRESHOLD]))
+    fell_back = False
+    released: AckTracker | None = None
+    resumed_at: list[int] = []
+    for _ in range(300):
+        now += rng.choice([0.1, 1.0, 3.0])
+        state = entry.state
+        tracker = state.tracker
+        assert tracker is not None
+        # The source grows or the copy catches up; lag hovers across both thresholds.
+        state.source_end = tracker.next_offset + rng.choice([0, 10, THRESHOLD // 4, THRESHOLD // 2, 2 * THRESHOLD])
+        _copy(entry, rng)
+        if entry.pipeline is batch and entry.phase == "running" and not fell_back and rng.random() < 0.02:
+            state.mode, state.mode_reason = "record", FALLBACK  # the batch pipeline's fallback
+        for pipe in pipes.values():
+            pipe.settle()
+        before, phase, lag = entry.pipeline, entry.phase, state.lag
+        placement.classify([entry], now)
+        placement.to_record_mode([entry])
+        if phase == "running" and entry.phase == "moving":
+            assert lag is not None
+            to = entry.target
+            if state.mode == "record" and before is batch:
+                assert to is realtime  # a fallback moves at once, whatever the lag
+            else:
+                assert now - entry.since >= dwell
+                if to in (batch, catchup):
+                    assert lag > THRESHOLD and before is realtime
+                else:
+                    assert lag <= THRESHOLD // 4 and before in (batch, catchup)
+            released = state.tracker
+        if entry.phase == "moving":
+            adds = sum(len(p.adds) for p in pipes.values())
+            placement.advance(entry, now)
+            if entry.phase == "running":
+                # Resumed exactly where the old pipeline's acknowledged records end, once none of
+                # them was in flight: nothing skipped, nothing copied twice.
+                assert sum(len(p.adds) for p in pipes.values()) == adds + 1
+                assert released is not None and released.in_flight == 0
+                assert state.tracker is not None and state.tracker.position == released.position
+                resumed_at.append(state.tracker.position)
+                fell_back = fell_back or state.mode_reason == FALLBACK
+        if entry.phase == "running":
+            if fell_back:
+                assert entry.batch_fallback and entry.pipeline is not batch
+                assert state.mode == "record" and state.mode_reason == FALLBACK
+            elif entry.pipeline is batch:
+                assert state.mode == "batch" and state.mode_reason == lagging_reason(THRESHOLD)
+            else:
+                assert entry.pipeline is realtime, "a partition that may pass batches never uses record catch-up"
+                assert state.mode == "record" and state.mode_reason == caught_up_reason(THRESHOLD)
+    assert resumed_at == sorted(resumed_at), "a move never goes back in the source"
+
+
+def test_generated_histories_cover_every_kind_of_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The histories above do reach each move (the test could not pass by never moving)."""
+    seen: set[tuple[str, str]] = set()
+    original = Moves._move
+
+    def spy(entry: Entry, target: Pipe) -> None:  # type: ignore[override]
+        assert entry.pipeline is not None
+        seen.add((entry.pipeline.name, target.name))
+        original(entry, target)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Moves, "_move", staticmethod(spy))
+    for seed in range(60):
+        test_generated_histories_keep_the_rules(seed, monkeypatch)
+    assert {("batch", "realtime"), ("realtime", "batch"), ("realtime", "catchup"), ("catchup", "realtime")} <= seen
