@@ -106,3 +106,26 @@ def test_the_load_checked_is_recorded_in_every_result(monkeypatch: pytest.Monkey
     )
     checked = {"max_load": 2.0, "ignore_load": False, "load_at_check": [0.5, 0.4, 0.3]}
     assert [r["params"] for r in saved] == [checked, {"rate": 1, **checked}]
+
+
+@pytest.mark.parametrize(
+    ("option", "passed"), [([], None), (["--copy", "record"], "record"), (["--copy", "batch"], "batch")]
+)
+def test_add_topics_runs_the_copy_mode_it_names(
+    monkeypatch: pytest.MonkeyPatch, option: list[str], passed: str
+) -> None:
+    # Since batch became the route default, `--copy record` must say so to the route (it used to
+    # pass None, which had meant record mode).
+    from strait.bench import scenarios
+
+    asked: list[str | None] = []
+    monkeypatch.setattr(bench, "_session", lambda *args, **_kwargs: args[5](object()))
+
+    def add_topics(_bench: object, **kwargs: Any) -> dict[str, Any]:
+        asked.append(kwargs["copy"])
+        return {}
+
+    monkeypatch.setattr(scenarios, "add_topics", add_topics)
+    result = CliRunner().invoke(bench.app, ["add-topics", *option])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert asked == [passed]
