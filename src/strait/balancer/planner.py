@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import accumulate, chain, islice, repeat
 from typing import TYPE_CHECKING
 
 from strait.balancer.goals import Goals
@@ -54,9 +55,14 @@ class Workspace:
         rack_index = {r: i for i, r in enumerate(racks)}
         self.rack_count = len(racks)
         self.broker_rack = {b.id: rack_index[b.rack] for b in model.brokers.values()}
+        parts = list(model.partitions.values())
+        # Every replica's broker and dir, flat, in partition order: the per-replica work below is
+        # done by C-level maps over these instead of a Python loop per partition (1M replicas).
+        flat_brokers = [b for p in parts for b in p.replicas]
+        flat_dirs = [d for p in parts for d in p.dirs]
         # Lists indexed by broker id: the rule checks run millions of times on big clusters.
         # Replicas on brokers missing from the model (offline) count as rack 0's: conservative.
-        top_id = max([*model.brokers, *(b for p in model.partitions.values() for b in p.replicas)], default=0)
+        top_id = max(max(model.brokers, default=0), max(flat_brokers, default=0))
         self.rack_by_id = [0] * (top_id + 1)
         for b, r in self.broker_rack.items():
             self.rack_by_id[b] = r
@@ -85,22 +91,20 @@ class Workspace:
 
         self.keys: list[PartitionKey] = list(model.partitions)
         self.n = n = max(len(self.keys), 1)
-        parts = list(model.partitions.values())
         self.size: list[int] = [p.size for p in parts]
         self.replicas: list[list[int]] = [list(p.replicas) for p in parts]
+        counts = list(map(len, self.replicas))
         # Where each replica is, as a disk index; -1 for a dir the model does not know (offline
         # dir, unknown broker): such a replica cannot be planned around, so it stays in place and
-        # out of every index. The loop runs once per replica: it is kept to plain lookups.
-        lookup = disk_index.get
-        self.disks: list[list[int]] = [
-            [lookup((b, path), -1) for b, path in zip(p.replicas, p.dirs, strict=True)] for p in parts
-        ]
-        items: list[list[int]] = [[] for _ in self.disk_broker]
-        for pidx, (size, placed) in enumerate(zip(self.size, self.disks, strict=True)):
-            packed = size * n + pidx
-            for di in placed:
-                if di >= 0:
-                    items[di].append(packed)
+        # out of every index.
+        placed = list(map(disk_index.get, zip(flat_brokers, flat_dirs, strict=True), repeat(-1)))
+        self.disks: list[list[int]] = [placed[end - k : end] for end, k in zip(accumulate(counts), counts, strict=True)]
+        # Each disk's replicas as sorted packed (size, partition) integers. A replica on no known
+        # disk (-1) lands in the extra last list, dropped afterwards.
+        items: list[list[int]] = [[] for _ in range(len(self.disk_broker) + 1)]
+        packed = chain.from_iterable(map(repeat, [size * n + pidx for pidx, size in enumerate(self.size)], counts))
+        deque(map(list.append, map(items.__getitem__, placed), packed), maxlen=0)
+        items.pop()
         for lst in items:
             lst.sort()
         self.items = items
@@ -376,7 +380,6 @@ def _spread(
     for d in sinks:
         by_rack.setdefault(ws.broker_rack.get(ws.disk_broker[d], 0), []).append(d)
     rack_emptiest = {r: _DiskHeap(ws, ds, fullest=False) for r, ds in by_rack.items()}
-    heaps = [fullest, emptiest, *rack_emptiest.values()]
     budget = 4 * sum(len(r) for r in ws.replicas) + 1000
     # Filling stops once the new brokers hold a fair share; it does not rebalance the others.
     floor = mean - goals.threshold / 2 if filling else None
@@ -395,9 +398,15 @@ def _spread(
             continue
         pidx, target = step
         ws.move(pidx, ws.disk_broker[s], target)
-        for h in heaps:
-            h.push(s)
-            h.push(target)
+        # Only the heaps holding `s` or `target` change: a disk is in its own rack's heap alone.
+        fullest.push(s)
+        fullest.push(target)
+        emptiest.push(s)
+        emptiest.push(target)
+        for d in (s, target):
+            rack_heap = rack_emptiest.get(ws.broker_rack.get(ws.disk_broker[d], 0))
+            if rack_heap is not None:
+                rack_heap.push(d)
     if floor is not None:
         low = min(sinks, key=lambda d: (ws.ratio(d), d))
         if ws.ratio(low) < floor - 1e-9:
