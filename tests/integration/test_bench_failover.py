@@ -43,3 +43,8 @@ def test_a_group_failed_over_by_strait_re_reads_and_skips_nothing(sandbox: Sandb
     assert run["translation"]["partitions_with_offsets"] == 3
     assert run["failover_equals_sync"] is True
     assert all(row["synced"] == row["destination_committed"] for row in run["per_partition"].values())
+    # The offset map's cost, read back from its topic: every partition mapped, at most a few
+    # runs each (a backlog copied without faults), a record per publish.
+    cost = run["offset_map"]
+    assert cost["partitions"] == 3 and 3 <= cost["runs"] <= cost["map_records"], cost
+    assert 0 < cost["bytes"] < cost["copied_bytes"] and cost["bytes_per_gb_copied"] > 0, cost

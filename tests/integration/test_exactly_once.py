@@ -23,6 +23,7 @@ from strait import clients
 from strait.config import RouteConfig, parse_config
 from strait.demo import Generator, create_topic, wait_until
 from strait.fencing import PIPELINES, fence, transactional_id
+from strait.metrics.stages import RouteObserver
 from strait.offsetmap import failover
 from strait.offsetmap.store import read_map
 from strait.sandbox import Sandbox
@@ -82,7 +83,7 @@ def _read_committed(props: dict[str, str], topic: str, partitions: int, idle_s: 
 def make_copier(sandbox: Sandbox) -> Iterator[Callable[..., Copier]]:
     made: list[Copier] = []
 
-    def make(route: str, worker_id: str, **options: Any) -> Copier:
+    def make(route: str, worker_id: str, observer: RouteObserver | None = None, **options: Any) -> Copier:
         src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
         config = RouteConfig(name=route, source="src", destination="dst", delivery="exactly-once", **options)
         copier = Copier(
@@ -92,6 +93,7 @@ def make_copier(sandbox: Sandbox) -> Iterator[Callable[..., Copier]]:
             group_id=f"strait-{route}",
             worker_id=worker_id,
             commit_interval_s=0.5,
+            observer=observer,
             **exactly_once_parts(config, source=src, destination=dst, worker_id=worker_id),
         )
         copier.start()
@@ -189,12 +191,18 @@ def test_exactly_once_copy_commits_records_and_checkpoints_together(
     route, topic, partitions, count = _name("eos"), _name("eos-copy"), 3, 3000
     _create(src, topic, partitions)
     _produce(src, topic, partitions, 0, count)
-    copier = make_copier(route, "w1")
+    observer = RouteObserver(route)
+    copier = make_copier(route, "w1", observer=observer)
     tasks = [PartitionTask(route, topic, p, topic) for p in range(partitions)]
     copier.assign(tasks)
     _wait(lambda: _checkpoints(copier, tasks) == [count] * partitions, 90, "checkpoints at the end")
     seqs = _read_committed(dst, topic, partitions)
     assert all(seqs[p] == list(range(count)) for p in range(partitions)), _describe(seqs, count)
+    # The map's runs went into the same transactions: every committed copy mapped, none aborted,
+    # and what they cost counted on the route's observer (what /metrics exposes).
+    assert_map_is_exact(src, dst, route, topic, partitions)
+    cost = observer.offset_map
+    assert cost.runs >= partitions and cost.bytes > 0 and cost.lost == 0, (cost.runs, cost.bytes, cost.lost)
     # The checkpoints live in the destination group, committed by the same transactions.
     consumer = clients.consumer(dst, **{"group.id": destination_group(route), "isolation.level": "read_committed"})
     committed = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)

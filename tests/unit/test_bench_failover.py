@@ -71,6 +71,16 @@ def test_the_report_shows_both_systems_per_partition_and_in_the_summary(tmp_path
         }
 
     doc = {"scenario": "failover", "params": {}, "runs": [run("strait", 0, 0), run("mm2", 57, 0)]}
+    doc["runs"][0]["offset_map"] = {
+        "map_records": 12,
+        "runs": 6,
+        "partitions": 6,
+        "bytes": 312,
+        "copied_bytes": 6_000_000,
+        "bytes_per_gb_copied": 52_000.0,
+        "json_bytes": 900,
+        "map_records_per_s": 1.5,
+    }
     doc["ratios"] = {"re_read": 0.0, "skipped": None}
     results = tmp_path / "results"
     report.save(doc, results, machine={"cores": 2, "load_average_at_start": [1, 2, 3]}, command="strait bench failover")
@@ -80,3 +90,8 @@ def test_the_report_shows_both_systems_per_partition_and_in_the_summary(tmp_path
     assert "| MM2 | 1,000 | 57 | 0 | 0 | 3.2 |" in markdown
     assert "| MM2 | 0 | 1,000 | 943 | 943 | 57 | 0 |" in markdown
     assert "failover" not in markdown.split("## Not yet measured")[-1]
+    assert (
+        "Strait's offset map for this copy: 12 map records (6 runs over 6 partitions), 312 bytes of keys and "
+        "values: 52,000.0 bytes per GB copied (6,000,000 bytes copied; 900 in the JSON encoding used before); "
+        "written at 1.50 map records/s" in markdown
+    )

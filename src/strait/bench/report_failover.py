@@ -56,6 +56,23 @@ def _from_start(doc: dict[str, Any]) -> str:
     return ""
 
 
+def _map_cost(doc: dict[str, Any]) -> list[str]:
+    """The offset map's cost in Strait's run (runs without the figure say nothing)."""
+    for run in doc.get("runs", []):
+        cost = run.get("offset_map")
+        if run.get("system") == "strait" and cost:
+            return [
+                "",
+                f"Strait's offset map for this copy: {_n(cost.get('map_records'))} map records "
+                f"({_n(cost.get('runs'))} runs over {_n(cost.get('partitions'))} partitions), "
+                f"{_n(cost.get('bytes'))} bytes of keys and values: {_n(cost.get('bytes_per_gb_copied'), 1)} bytes "
+                f"per GB copied ({_n(cost.get('copied_bytes'))} bytes copied; "
+                f"{_n(cost.get('json_bytes'))} in the JSON encoding used before); written at "
+                f"{_n(cost.get('map_records_per_s'), 2)} map records/s over the copy.",
+            ]
+    return []
+
+
 def render(doc: dict[str, Any]) -> list[str]:
     rows = []
     for run in doc.get("runs", []):
@@ -105,6 +122,7 @@ def render(doc: dict[str, Any]) -> list[str]:
         f"{_n(ratios.get('skipped'), 3)} (— when MM2's figure is 0).",
         "",
         _READING + _from_start(doc) + _failover_check(doc),
+        *_map_cost(doc),
     ]
     if detail:
         lines += [

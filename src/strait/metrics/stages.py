@@ -27,6 +27,7 @@ from typing import Protocol
 
 from strait.metrics.histogram import BucketCounts, Buckets
 from strait.metrics.librdkafka import BrokerLatency, broker_latencies, leaders
+from strait.offsetmap.cost import MapCost
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,8 @@ class RouteObserver:
         # Data-path safety events by kind (`strait_offset_gaps_total`, `strait_checkpoint_violations_total`).
         self._gaps: dict[str, int] = {}
         self._refused: dict[str, int] = {}
+        # What the route's offset map costs on this worker (its writers add to it).
+        self.offset_map = MapCost()
 
     # --- hooks (copy path) ---------------------------------------------------------------
     def fetched(self, pipeline: str, wait_s: float) -> None:

@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from strait.metrics.histogram import BucketCounts
 from strait.metrics.stages import RouteObserver
+from strait.offsetmap.cost import per_gigabyte
 
 PARTITION_LABELS = ["route", "topic", "partition"]
 PARTITION_STATES = ("ok", "starting", "moving", "draining", "retrying", "failed")
@@ -206,12 +207,14 @@ class _WorkerCollector(Collector):
             "strait_partition_state", "1 for the partition's copy state.", labels=[*PARTITION_LABELS, "state"]
         )
         assigned: dict[str, int] = {}
+        copied: dict[str, int] = {}
         observers = m.observers()
         for route, topic, partition, stats in m.partitions():
             labels = [route, topic, str(partition)]
             assigned[route] = assigned.get(route, 0) + 1
             records.add_metric(labels, float(stats.get("records") or 0))
             size.add_metric(labels, float(stats.get("bytes") or 0))
+            copied[route] = copied.get(route, 0) + int(stats.get("bytes") or 0)
             in_flight.add_metric(labels, float(stats.get("in_flight") or 0))
             rewinds.add_metric(labels, float(stats.get("rewinds") or 0))
             for family, name in ((lag, "lag"), (checkpoint, "checkpoint"), (end, "source_end")):
@@ -228,6 +231,41 @@ class _WorkerCollector(Collector):
         for route in sorted(set(assigned) | set(observers)):
             partitions.add_metric([route], assigned.get(route, 0))
         yield from (records, size, lag, lag_s, checkpoint, end, in_flight, progress, rewinds, state, partitions)
+        yield from self._offset_map(observers, copied)
+
+    def _offset_map(self, observers: Mapping[str, RouteObserver], copied: Mapping[str, int]) -> Iterator[Any]:
+        """The offset map's cost per route (strait.offsetmap.cost): routes without a map write none."""
+        runs = CounterMetricFamily(
+            "strait_offset_map_runs",
+            "Offset map records (one run of consecutive copies each) this worker wrote: the map's write rate.",
+            labels=["route"],
+        )
+        size = CounterMetricFamily(
+            "strait_offset_map_bytes", "Key and value bytes of the offset map records written.", labels=["route"]
+        )
+        lost = CounterMetricFamily(
+            "strait_offset_map_runs_lost",
+            "Runs not written to the offset map (its topic missing or refusing): failover cannot translate them.",
+            labels=["route"],
+        )
+        per_gb = GaugeMetricFamily(
+            "strait_offset_map_bytes_per_gigabyte_copied",
+            "Offset map bytes written per 10^9 key and value bytes copied, since this worker started, over the "
+            "partitions it holds (the windowed figure: rate of strait_offset_map_bytes_total over rate of "
+            "strait_copied_bytes_total).",
+            labels=["route"],
+        )
+        for route, observer in sorted(observers.items()):
+            cost = observer.offset_map
+            if not cost.runs and not cost.lost:
+                continue
+            runs.add_metric([route], float(cost.runs))
+            size.add_metric([route], float(cost.bytes))
+            lost.add_metric([route], float(cost.lost))
+            ratio = per_gigabyte(cost.bytes, copied.get(route, 0))
+            if ratio is not None:
+                per_gb.add_metric([route], ratio)
+        yield from (runs, size, lost, per_gb)
 
     def _latencies(self) -> Iterator[Any]:
         stages = HistogramMetricFamily(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -13,7 +13,8 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from strait import clients
-from strait.offsetmap.codec import MapEntry, decode, encode, map_topic
+from strait.offsetmap.codec import MapEntry, decode, encode, encode_json, map_topic
+from strait.offsetmap.cost import MapCost
 from strait.offsetmap.retention import MAP_SETTINGS
 from strait.offsetmap.runs import Run, RunRecorder
 from strait.offsetmap.translate import merge
@@ -30,11 +31,15 @@ class MapWriter:
 
     Called by the copier after each checkpoint commit. A run that cannot be published is
     counted in ``failures`` and logged; it costs failover exactness for that range, which the
-    translation then reports, never the data.
+    translation then reports, never the data. ``cost`` (the route's, on this worker) counts
+    what is written, once per publish.
     """
 
-    def __init__(self, destination: Mapping[str, Any], route: str, *, client_id: str) -> None:
+    def __init__(
+        self, destination: Mapping[str, Any], route: str, *, client_id: str, cost: MapCost | None = None
+    ) -> None:
         self.topic = map_topic(route)
+        self.cost = cost or MapCost()
         self.failures = 0
         self.published = 0
         self.bytes = 0
@@ -56,13 +61,18 @@ class MapWriter:
             # Not on every commit while the topic cannot be created (no ACL for it, say).
             self._next_ensure = time.monotonic() + ENSURE_RETRY_S
             self._ready = ensure_map_topic(self._destination, self.topic)
+        written = size = 0
         for topic, partition, destination_topic, run in pending:
             key, value = encode(MapEntry(topic, partition, destination_topic, run))
             try:
                 self._producer.produce(self.topic, value, key, partition=0, on_delivery=self._delivered)
             except (BufferError, KafkaException) as exc:
                 self._failed(exc)
-            self.bytes += len(key) + len(value)
+                continue
+            written += 1
+            size += len(key) + len(value)
+        self.bytes += size
+        self.cost.written(written, size)
 
     def close(self, timeout_s: float = 5.0) -> None:
         # Closed now, not by the garbage collector: an idle producer kept alive reconnects
@@ -84,6 +94,7 @@ class MapWriter:
 
     def _failed(self, error: Any) -> None:
         self.failures += 1
+        self.cost.failed(1)
         if self.failures == 1 or self.failures % 1000 == 0:
             log.warning("offset map %s: a run was not published (%d so far): %s", self.topic, self.failures, error)
 
@@ -109,8 +120,10 @@ class TransactionMap:
         *,
         retry_s: float = ENSURE_RETRY_S,
         clock: Callable[[], float] = time.monotonic,
+        cost: MapCost | None = None,
     ) -> None:
         self.topic = map_topic(route)
+        self.cost = cost or MapCost()  # the route's, on this worker: counted once per transaction
         self.published = 0
         self.failures = 0
         self.bytes = 0
@@ -141,6 +154,7 @@ class TransactionMap:
             return None
         if not self.writable():
             self.failures += len(runs)
+            self.cost.failed(len(runs))
             return None
         try:
             self._write(producer, runs)
@@ -158,13 +172,17 @@ class TransactionMap:
         self._error = None
         self._outstanding = 0
         delivered = partial(self._delivered, self._generation)
-        written = 0
-        for topic, partition, destination_topic, run in runs:
-            key, value = encode(MapEntry(topic, partition, destination_topic, run))
-            producer.produce(self.topic, value, key, partition=0, on_delivery=delivered)
-            self._outstanding += 1
-            self.bytes += len(key) + len(value)
-            written += 1
+        written = size = 0
+        try:
+            for topic, partition, destination_topic, run in runs:
+                key, value = encode(MapEntry(topic, partition, destination_topic, run))
+                producer.produce(self.topic, value, key, partition=0, on_delivery=delivered)
+                self._outstanding += 1
+                size += len(key) + len(value)
+                written += 1
+        finally:
+            self.bytes += size
+            self.cost.written(written, size)
         return written
 
     def failure(self) -> str | None:
@@ -193,6 +211,7 @@ class TransactionMap:
             self.published += 1
         else:
             self.failures += 1
+            self.cost.failed(1)
             self._error = error
 
 
@@ -228,6 +247,41 @@ def read_map(
     destination: Mapping[str, Any], route: str, timeout_s: float = 30.0
 ) -> dict[tuple[str, int], PartitionMap]:
     """Every run of the route's map, merged per source (topic, partition)."""
+    runs: dict[tuple[str, int], list[Run]] = {}
+    topics: dict[tuple[str, int], str] = {}
+    for entry, _size in _entries(destination, route, timeout_s):
+        runs.setdefault((entry.topic, entry.partition), []).append(entry.run)
+        topics[(entry.topic, entry.partition)] = entry.destination_topic
+    return {key: PartitionMap(topics[key], merge(found)) for key, found in runs.items()}
+
+
+@dataclass(frozen=True)
+class MapSize:
+    """What a route's map holds for some source topics (committed records only)."""
+
+    records: int  # map records (a run re-published as it grew counts each time)
+    runs: int  # distinct runs once merged
+    bytes: int  # key and value bytes of those records
+    partitions: int
+    json_bytes: int  # what the same records took in the JSON encoding used before version 1
+
+
+def map_size(destination: Mapping[str, Any], route: str, topics: Iterable[str], timeout_s: float = 30.0) -> MapSize:
+    """How much of the route's map the source ``topics`` take (benchmarks: the map's cost)."""
+    wanted = set(topics)
+    records = size = json_size = 0
+    runs: dict[tuple[str, int], list[Run]] = {}
+    for entry, entry_bytes in _entries(destination, route, timeout_s):
+        if entry.topic in wanted:
+            records += 1
+            size += entry_bytes
+            json_size += sum(map(len, encode_json(entry)))
+            runs.setdefault((entry.topic, entry.partition), []).append(entry.run)
+    return MapSize(records, sum(len(merge(found)) for found in runs.values()), size, len(runs), json_size)
+
+
+def _entries(destination: Mapping[str, Any], route: str, timeout_s: float) -> Iterator[tuple[MapEntry, int]]:
+    """Every committed entry of the route's map, in order, with its key and value bytes."""
     topic = map_topic(route)
     consumer = clients.consumer(
         destination,
@@ -240,13 +294,11 @@ def read_map(
             "isolation.level": "read_committed",
         },
     )
-    runs: dict[tuple[str, int], list[Run]] = {}
-    topics: dict[tuple[str, int], str] = {}
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s)
         described = metadata.topics.get(topic)
         if described is None or described.error is not None:
-            return {}
+            return
         partitions = list(described.partitions)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         open_partitions = set(partitions)
@@ -261,13 +313,12 @@ def read_map(
                         open_partitions.discard(message.partition())
                         continue
                     raise KafkaException(error)
+                value = message.value() or b""
                 try:
-                    entry = decode(message.value() or b"")
+                    entry = decode(value)
                 except ValueError:
                     log.warning("offset map %s: skipping a record that is not an entry", topic)
                     continue
-                runs.setdefault((entry.topic, entry.partition), []).append(entry.run)
-                topics[(entry.topic, entry.partition)] = entry.destination_topic
+                yield entry, len(value) + len(message.key() or b"")
     finally:
         consumer.close()
-    return {key: PartitionMap(topics[key], merge(found)) for key, found in runs.items()}

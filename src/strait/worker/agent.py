@@ -118,7 +118,12 @@ def copier_factory(
             # (An exactly-once route's pipelines write the map inside their transactions.)
             from strait.offsetmap.store import MapWriter
 
-            extra["offset_map"] = MapWriter(destination, route.name, client_id=f"strait-{route.name}-{worker_id}")
+            extra["offset_map"] = MapWriter(
+                destination,
+                route.name,
+                client_id=f"strait-{route.name}-{worker_id}",
+                cost=None if metrics is None else metrics.route(route.name).offset_map,
+            )
         copy, copy_reason = copy_mode(route)
         copier = Copier(
             route=route.name,

@@ -79,7 +79,9 @@ class TransactionalPipeline(RecordPipeline, TransactionRecovery):
     ) -> None:
         self._lease = lease
         # The route whose offset map this pipeline's transactions carry (None: no map).
-        self._map = TransactionMap(kwargs["destination"], map_route) if map_route else None
+        # Its cost is counted on the route's observer (strait.offsetmap.cost), when there is one.
+        cost = getattr(kwargs.get("observer"), "offset_map", None)
+        self._map = TransactionMap(kwargs["destination"], map_route, cost=cost) if map_route else None
         self._transactional_id = transactional_id(kwargs["name"])
         self._checkpoint_group = checkpoint_group
         self._interval_s = transaction_interval_s

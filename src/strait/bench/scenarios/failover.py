@@ -32,7 +32,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from strait import clients
 from strait.bench import workload
-from strait.bench.records import decode
+from strait.bench.records import decode, encode
 from strait.bench.scenarios.harness import Bench, DestinationCount, ratio, run_safely, running, topic_name
 
 # Where the group stops in each partition, as a fraction of the partition (far behind to nearly
@@ -49,18 +49,27 @@ def failover(
     size: int = 100,
     commit_every: int = 500,
     mm2_sync_wait_s: float = 120.0,
+    delivery: str | None = None,
 ) -> dict[str, Any]:
-    """A group fails over from source to destination: records re-read and skipped, per system."""
+    """A group fails over from source to destination: records re-read and skipped, per system.
+    ``delivery``: Strait's route delivery (None: the default, at-least-once); an exactly-once
+    route writes its offset map inside its transactions, which the map's cost then shows."""
     runs = []
     for system in bench.order(0):
         bench.log(f"failover: {system}, {records:,} records in {partitions} partitions, group stops at {DEPTHS}")
-        run = _failover_run(bench, system, records, partitions, size, commit_every, mm2_sync_wait_s)
+        run = _failover_run(bench, system, records, partitions, size, commit_every, mm2_sync_wait_s, delivery)
         runs.append(run)
         bench.log(
             f"  -> re-read {run.get('re_read')}, skipped {run.get('skipped')}, untranslated partitions "
             f"{run.get('untranslated_partitions')}, offsets on the destination after "
             f"{run.get('translated_after_s')} s" + (f" FAILED: {run['error']}" if run.get("error") else "")
         )
+        cost = run.get("offset_map")
+        if cost:
+            bench.log(
+                f"  -> offset map: {cost['map_records']} records, {cost['runs']} runs, {cost['bytes']} bytes, "
+                f"{cost['bytes_per_gb_copied']} bytes per GB copied, {cost['map_records_per_s']} records/s"
+            )
     by = {r["system"]: r for r in runs}
     strait, mm2 = by.get("strait", {}), by.get("mm2", {})
     return {
@@ -71,6 +80,7 @@ def failover(
             "size": size,
             "depths": list(DEPTHS),
             "commit_every": commit_every,
+            "strait_delivery": delivery or "at-least-once",
             "mm2_offset_lag_max": MM2_OFFSET_LAG_MAX,
             "mm2_sync_group_offsets_interval_s": 1,
             "mm2_emit_checkpoints_interval_s": 1,
@@ -116,7 +126,14 @@ def mm2_extra(group: str) -> dict[str, str]:
 
 
 def _failover_run(
-    bench: Bench, system: str, records: int, partitions: int, size: int, commit_every: int, mm2_wait_s: float
+    bench: Bench,
+    system: str,
+    records: int,
+    partitions: int,
+    size: int,
+    commit_every: int,
+    mm2_wait_s: float,
+    delivery: str | None = None,
 ) -> dict[str, Any]:
     run_dir = bench.run_dir(topic_name("failover", system))
     tag = uuid.uuid4().hex[:6]
@@ -131,6 +148,7 @@ def _failover_run(
         parallelism=1,
         mm2_extra=mm2_extra(group) if system == "mm2" else None,
         strait_groups={"include": [re.escape(group)], "interval_s": 1} if system == "strait" else None,
+        delivery=delivery if system == "strait" else None,
     )
     result: dict[str, Any] = {
         "system": system,
@@ -140,9 +158,11 @@ def _failover_run(
     }
 
     def body() -> None:
+        started = time.monotonic()
         with running(replicator, [topic]):
             if not DestinationCount(bench.dst, {topic: partitions}).wait_for(records, 600):
                 raise RuntimeError(f"{system} did not copy all {records} records within 600 s")
+            result["copied_after_s"] = round(time.monotonic() - started, 2)
             stops = stop_offsets(totals)
             _consume_on_source(bench.src, group, topic, stops, commit_every)
             committed_at = time.monotonic()
@@ -155,6 +175,10 @@ def _failover_run(
                 # what would move the group forward, so nothing here).
                 planned, result["failover"] = _strait_failover(bench, group, partitions)
                 result["failover_equals_sync"] = planned == translated
+                # What the offset map of this copy costs (its runs are all published by now:
+                # the failover found every partition's translation exact and replicated).
+                copied = records * len(encode(0, 0, 0, size))
+                result["offset_map"] = map_cost(bench.dst, "bench", topic, copied, result["copied_after_s"])
         # The replicator is stopped: the source is gone; the group resumes on the destination.
         per_partition: dict[int, dict[str, Any]] = {}
         committed, read = _resume_on_destination(bench.dst, group, topic, partitions)
@@ -177,6 +201,30 @@ def _failover_run(
         )
 
     return run_safely(result, body)
+
+
+def map_cost(
+    props: Mapping[str, Any], route: str, topic: str, copied_bytes: int, copy_s: float | None
+) -> dict[str, Any]:
+    """The route's offset map for ``topic``: its records, runs and bytes, bytes per GB (10^9 bytes)
+    copied, and the map records written per second over the copy (``copy_s``)."""
+    from strait.offsetmap.cost import per_gigabyte
+    from strait.offsetmap.store import map_size
+
+    found = map_size(props, route, [topic])
+    per_gb = per_gigabyte(found.bytes, copied_bytes)
+    return {
+        "map_records": found.records,
+        "runs": found.runs,
+        "partitions": found.partitions,
+        "bytes": found.bytes,
+        "copied_bytes": copied_bytes,
+        "bytes_per_gb_copied": None if per_gb is None else round(per_gb, 1),
+        # The same records in the JSON encoding written before the binary one.
+        "json_bytes": found.json_bytes,
+        "map_records_per_s": round(found.records / copy_s, 2) if copy_s else None,
+        "counted": "key and value bytes of the map records (no batch framing)",
+    }
 
 
 def _consume_on_source(
