@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from strait.config import RouteConfig, parse_config
 from strait.controller.discovery import await_topic
-from strait.controller.service import ControllerService, DestinationFailed, NotFound, TopicRequest
+from strait.controller.service import Conflict, ControllerService, DestinationFailed, NotFound, TopicRequest
 from strait.coordination.model import (
     Assignment,
     ClusterSnapshot,
@@ -103,6 +103,9 @@ class Store:
         self.specs: dict[tuple[str, str], TopicSpec] = {}
         self.workers: dict[str, WorkerRecord] = {}
         self.assignment = Assignment(owners={}, version=0)
+
+    def topic_specs(self, names: Iterable[tuple[str, str]]) -> dict[tuple[str, str], TopicSpec]:
+        return {name: self.specs[name] for name in names if name in self.specs}
 
     def create_topic(self, spec: TopicSpec) -> TopicSpec | None:
         existing = self.specs.get((spec.route, spec.topic))
@@ -224,7 +227,7 @@ def _creating_service(
     )
 
 
-def test_adding_a_topic_creates_its_destination_after_waking_the_leader_with_the_routes_naming() -> None:
+def test_adding_a_topic_creates_its_destination_with_the_routes_naming_while_the_leader_is_woken() -> None:
     events: list[str] = []
     store = Store()
     service = _creating_service(store, events)
@@ -232,17 +235,42 @@ def test_adding_a_topic_creates_its_destination_after_waking_the_leader_with_the
     service.add_topic("payments", TopicRequest())
     again, _ = service.add_topic("orders", TopicRequest())
     assert created and not again
-    # The assignment is being published (the leader woken) while the destination is made; one
-    # maker per route, asked again on a repeated POST (the destination may have gone).
-    assert events == [
-        "wake",
-        "maker for main (1)",
-        "ensure orders->src.orders",
-        "wake",
-        "ensure payments->src.payments",
-        "wake",
-        "ensure orders->src.orders",
-    ]
+    # The destination is made (from the start of the request, on its own thread) while the
+    # topic is stored and the leader woken; one maker per route, asked again on a repeated POST
+    # (the destination may have gone).
+    assert events[0] == "maker for main (1)"
+    assert sorted(events[1:]) == sorted(
+        ["ensure orders->src.orders", "ensure payments->src.payments", "ensure orders->src.orders"] + ["wake"] * 3
+    )
+
+
+def test_a_creation_started_before_the_source_knew_the_topic_is_started_again() -> None:
+    events: list[str] = []
+    store = Store()
+    service = _creating_service(store, events)
+    maker = Maker(events, error=RuntimeError("source topic 'orders' does not exist"))
+    service._destinations["main"] = maker
+
+    def later_known(source_topic: str, destination_topic: str, *, min_partitions: int = 0) -> int:
+        # The first ask fails as for a topic the source's metadata does not have yet.
+        events.append(f"ensure {source_topic}->{destination_topic}")
+        if events.count(f"ensure {source_topic}->{destination_topic}") == 1:
+            raise RuntimeError("source topic 'orders' does not exist")
+        return 3
+
+    maker.ensure = later_known  # type: ignore[method-assign]
+    created, _ = service.add_topic("orders", TopicRequest())
+    assert created and events.count("ensure orders->src.orders") == 2
+
+
+def test_a_topic_added_with_another_destination_creates_nothing_and_is_409() -> None:
+    events: list[str] = []
+    store = Store()
+    service = _creating_service(store, events)
+    service.add_topic("orders", TopicRequest(destination_topic="orders-copy"))
+    with pytest.raises(Conflict):
+        service.add_topic("orders", TopicRequest(destination_topic="elsewhere"))
+    assert "ensure orders->elsewhere" not in events and "ensure orders->orders-copy" in events
 
 
 def test_a_destination_that_cannot_be_made_is_502_naming_cluster_and_topic_and_the_topic_stays_added() -> None:

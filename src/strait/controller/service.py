@@ -230,6 +230,15 @@ class ControllerService:
         # An empty name is refused below, not read as "the default" (the route's naming).
         destination = route.destination_topic(topic) if request.destination_topic is None else request.destination_topic
         validate_topic_name(destination, "destination_topic")
+        # The destination topic is made ready from here on, while the source is asked about the
+        # topic, the topic is written to the store and the leader publishes the assignment (a
+        # worker picking the partitions up then finds it ready or nearly). Not when the topic is
+        # already added with another destination: that request is refused below (409).
+        early = None
+        if self._make_destinations is not None:
+            known = self.store.topic_specs([(route.name, topic)]).get((route.name, topic))
+            if known is None or known.destination_topic == destination:
+                early = self._start_destination(route, topic, destination)
         try:
             partitions = await_topic(lambda: self.metadata.partition_count(route.source, topic), self.new_topic_wait_s)
         except MetadataUnavailable as exc:
@@ -261,39 +270,56 @@ class ControllerService:
             log.info("route %s: topic %s added through the API (%d partitions)", route.name, topic, partitions)
         if self.controller is not None:
             self.controller.wake()
-        # While the leader publishes the assignment (woken above) and a worker picks the
-        # partitions up, the destination topic is created here: the worker then finds it ready
-        # instead of creating it itself, the largest step between a POST and the first record.
-        self._ensure_destination(route, spec)
+        # The destination topic's creation, started above, is waited for: the worker then finds
+        # it ready instead of creating it itself (the largest step between a POST and the first
+        # record when the worker did it).
+        self._await_destination(route, spec, early)
         return existing is None, self._describe(spec)
 
-    def _ensure_destination(self, route: RouteConfig, spec: TopicSpec) -> None:
-        """Make ``spec``'s destination topic ready, or say which cluster and topic failed.
-
-        The topic stays added when this fails: its workers try again themselves (as they did
-        before the controller created topics), and a repeated POST is answered 200 once ready.
-        A creation still under way after ``destination_wait_s`` goes on in the background and
-        the POST is answered (a worker that meets the topic first waits for its leaders).
-        """
-        if self._make_destinations is None:
-            return
+    def _start_destination(self, route: RouteConfig, topic: str, destination: str) -> Future[int]:
+        """Start making ``destination`` ready like ``topic`` (asked each time: it may be gone)."""
+        assert self._make_destinations is not None
         with self._destinations_lock:
             maker = self._destinations.get(route.name)
             if maker is None:
                 maker = self._destinations[route.name] = self._make_destinations(route)
-        started = time.monotonic()
         outcome: Future[int] = Future()
 
         def ensure() -> None:
             try:
-                outcome.set_result(maker.ensure(spec.topic, spec.destination_topic))  # asked each time: it may be gone
+                outcome.set_result(maker.ensure(topic, destination))
             except BaseException as exc:
                 outcome.set_exception(exc)
 
         # A thread of its own, a daemon: a destination that does not answer holds up no shutdown.
-        threading.Thread(target=ensure, name=f"destination-{spec.destination_topic}", daemon=True).start()
+        threading.Thread(target=ensure, name=f"destination-{destination}", daemon=True).start()
+        return outcome
+
+    def _await_destination(self, route: RouteConfig, spec: TopicSpec, early: Future[int] | None) -> None:
+        """Wait for ``spec``'s destination topic, or say which cluster and topic failed.
+
+        A creation started before the source knew the topic (one created a moment ago) may have
+        failed for that alone: it is started again now. The topic stays added when this fails:
+        its workers try again themselves (as they did before the controller created topics), and
+        a repeated POST is answered 200 once ready. A creation still under way after
+        ``destination_wait_s`` goes on in the background and the POST is answered (a worker that
+        meets the topic first waits for its leaders).
+        """
+        if self._make_destinations is None:
+            return
+        started = time.monotonic()
+        outcome = early
+        if outcome is not None:
+            try:
+                outcome.result(timeout=self.destination_wait_s)
+            except FutureTimeout:
+                pass
+            except Exception:
+                outcome = None
+        if outcome is None:
+            outcome = self._start_destination(route, spec.topic, spec.destination_topic)
         try:
-            count = outcome.result(timeout=self.destination_wait_s)
+            count = outcome.result(timeout=max(0.0, self.destination_wait_s - (time.monotonic() - started)))
         except FutureTimeout:
             log.info(
                 "route %s: destination topic %s on cluster %s not ready after %.0fs; still being made ready",
