@@ -65,6 +65,9 @@ def api(sandbox: Sandbox) -> Iterator[TestClient]:
     )
     with TestClient(create_app(service, api_token=TOKEN)) as client:
         yield client
+    # Its admin clients go now, while the clusters run: kept until the session's end, each
+    # logged a failed connection every second once the sandbox had stopped.
+    service.close()
     store.close()
 
 

@@ -51,3 +51,9 @@ def test_an_existing_topic_met_first_is_checked_for_leaders_once(counts: dict[st
     assert topics.ensure("src", "made-by-the-controller") == 2
     assert topics.ensure("src", "made-by-the-controller", min_partitions=2) == 2
     assert topics.checked == ["made-by-the-controller"]
+
+
+def test_closed_topics_let_go_of_their_admin_clients(counts: dict[str, int]) -> None:
+    topics = Checked(counts)
+    topics.close()
+    assert not hasattr(topics, "_destination") and not hasattr(topics, "_creator")

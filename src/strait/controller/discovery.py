@@ -153,6 +153,11 @@ class SourceMetadata:
             self._admins[cluster] = admin
         return admin
 
+    def close(self) -> None:
+        """Let go of the admin clients (made again if asked later): a client kept after its
+        cluster stops keeps logging failed connections."""
+        self._admins.clear()
+
     def topics(self, cluster: str) -> dict[str, int]:
         """Topic name -> partition count on `cluster` (the whole listing: the periodic refresh)."""
         admin = self._admin(cluster)

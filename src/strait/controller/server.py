@@ -152,5 +152,6 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
             watcher.stop()
         loop.join(timeout=10)
         sampler.join(timeout=10)
+        service.close()
         probe.close()
         store.close()

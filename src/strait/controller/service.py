@@ -123,6 +123,18 @@ class ControllerService:
         self._destinations: dict[str, TopicMaker] = {}
         self._destinations_lock = threading.Lock()
 
+    def close(self) -> None:
+        """Let go of the Kafka clients the API made (made again if it is used later)."""
+        with self._destinations_lock:
+            makers, self._destinations = list(self._destinations.values()), {}
+        for maker in makers:
+            close = getattr(maker, "close", None)
+            if close is not None:
+                close()
+        close_metadata = getattr(self.metadata, "close", None)
+        if close_metadata is not None:
+            close_metadata()
+
     # --- reads ---------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
         leader = self.store.leader()

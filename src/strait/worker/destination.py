@@ -284,6 +284,14 @@ class DestinationTopics:
                 results[pair] = count
         return results
 
+    def close(self) -> None:
+        """Let go of the admin clients, e.g. before the clusters stop: a client kept after its
+        cluster stops keeps logging failed connections. Not usable afterwards."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            self._inflight.clear()
+        del self._source, self._destination, self._creator
+
     def forget(self, destination_topic: str) -> None:
         """Drop what is known about a topic, e.g. after it was deleted under the copier."""
         self._ensured.pop(destination_topic, None)
