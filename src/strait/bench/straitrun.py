@@ -110,7 +110,9 @@ class StraitReplicator:
         )
         self._config_path = self._workdir / f"strait-{self._run_id}.yaml"
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._api = ControllerClient(f"http://127.0.0.1:{self._port}", token=self._token, timeout_s=10)
+        # 30 s, as the CLI's client: a POST waits up to 5 s for its destination topic, after up to
+        # 5 s for a source topic created a moment ago (at load 72 a 10 s timeout cut one off).
+        self._api = ControllerClient(f"http://127.0.0.1:{self._port}", token=self._token, timeout_s=30)
         self.posted_at: dict[str, float] = {}  # topic -> when add_topics sent its POST (time.time())
 
     @property
