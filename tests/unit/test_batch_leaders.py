@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+from kafka.future import Future
+
 from strait.worker.batch.leaders import LeaderCache
 from strait.worker.batch.wire import WireError
 
@@ -109,3 +112,61 @@ def test_other_failures_do_not_count_as_missing() -> None:
     clock.now += 60
     assert cache.leader("source", "t", 0) is None
     assert cache.gone("source", "t") is None
+
+
+class LaterMetadata:
+    """A lookup answered later: each call returns a kafka-python future the test completes."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, Future]] = []
+
+    def __call__(self, cluster: str, topic: str) -> Future:
+        future = Future()
+        self.asked.append((topic, future))
+        return future
+
+
+def test_a_lookup_answered_later_holds_no_one_and_its_answer_is_used() -> None:
+    # Before: every lookup was a blocking round trip on the pipeline's only thread.
+    metadata, clock = LaterMetadata(), Clock()
+    cache = LeaderCache(metadata, refresh_s=0.2, clock=clock)
+    assert cache.leader("source", "t", 0) is None and cache.asking("source", "t")
+    assert cache.leader("source", "t", 1) is None  # still on the way: not asked twice
+    assert len(metadata.asked) == 1
+    metadata.asked[0][1].success({0: 1, 1: 2})
+    assert cache.leader("source", "t", 1) == 2 and not cache.asking("source", "t")
+    assert cache.leader("source", "t", 0) == 1
+    assert len(metadata.asked) == 1
+
+
+def test_a_failed_later_lookup_counts_like_a_failed_one() -> None:
+    metadata, clock = LaterMetadata(), Clock()
+    cache = LeaderCache(metadata, refresh_s=0.2, missing_topic_s=1.0, clock=clock)
+    assert cache.leader("destination", "t", 0) is None
+    metadata.asked[0][1].failure(WireError("metadata of t: UNKNOWN_TOPIC_OR_PARTITION", 3))
+    assert cache.leader("destination", "t", 0) is None and not cache.asking("destination", "t")
+    clock.now += 0.1
+    assert cache.leader("destination", "t", 0) is None and len(metadata.asked) == 1  # spaced
+    clock.now += 1.0
+    assert cache.leader("destination", "t", 0) is None and len(metadata.asked) == 2
+    assert cache.gone("destination", "t") == pytest.approx(1.1)
+
+
+def test_forget_drops_an_answer_asked_before_the_move() -> None:
+    metadata, clock = LaterMetadata(), Clock()
+    cache = LeaderCache(metadata, clock=clock)
+    assert cache.leader("destination", "t", 0) is None
+    stale = metadata.asked[0][1]
+    cache.forget("destination", ["t"])
+    stale.success({0: 1})
+    assert cache.leader("destination", "t", 0) is None and len(metadata.asked) == 2
+    metadata.asked[1][1].success({0: 2})
+    assert cache.leader("destination", "t", 0) == 2
+
+
+def test_an_answer_already_there_is_used_at_once() -> None:
+    def answered(cluster: str, topic: str) -> Future:
+        return Future().success({0: 3})
+
+    cache = LeaderCache(answered, clock=Clock())
+    assert cache.leader("source", "t", 0) == 3

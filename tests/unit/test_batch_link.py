@@ -87,3 +87,51 @@ def test_every_broker_dead_raises_the_last_failure() -> None:
     with pytest.raises(KafkaConnectionError):
         made._call("metadata")
     assert len(made.client.calls) == 3
+
+
+def metadata_answer(topic: str, error_code: int = 0, leaders: dict[int, int] | None = None) -> Any:
+    partitions = [SimpleNamespace(partition_index=p, leader_id=n) for p, n in (leaders or {}).items()]
+    return SimpleNamespace(topics=[SimpleNamespace(name=topic, error_code=error_code, partitions=partitions)])
+
+
+class LaterClient(Client):
+    """Sends answered later: each send's future is kept for the test to complete."""
+
+    def __init__(self, known: set[int], **client: Any) -> None:
+        super().__init__(known, **client)
+        self.futures: list[Any] = []
+
+    def send(self, node_id: int, request: Any) -> Any:
+        from kafka.future import Future
+
+        self.sent.append((node_id, request))
+        future = Future()
+        self.futures.append(future)
+        return future
+
+
+def later_link(known: set[int], **client: Any) -> ClusterLink:
+    made = object.__new__(ClusterLink)
+    made.client = LaterClient(known, **client)
+    made.timeout_ms = 30_000
+    return made
+
+
+def test_leaders_asked_without_waiting_go_to_a_connected_broker() -> None:
+    made = later_link({1, 2}, ready={2})
+    future = made.leaders_async("t")
+    assert not future.is_done and [n for n, _ in made.client.sent] == [2]
+    made.client.futures[0].success(metadata_answer("t", leaders={0: 1, 1: -1, 2: 2}))
+    assert future.value == {0: 1, 2: 2}  # a partition without a leader is left out
+    assert made.client.calls == []  # nothing blocking
+
+
+def test_leaders_asked_without_waiting_carry_the_error() -> None:
+    made = later_link({1})
+    missing = made.leaders_async("gone")
+    made.client.futures[0].success(metadata_answer("gone", error_code=3))
+    assert isinstance(missing.exception, WireError) and missing.exception.code == 3
+    lost = made.leaders_async("t")
+    made.client.futures[1].failure(KafkaConnectionError("socket disconnected"))
+    assert isinstance(lost.exception, KafkaConnectionError)
+    assert isinstance(later_link(set()).leaders_async("t").exception, WireError)  # no broker known

@@ -41,6 +41,14 @@ class _Obj:
         self.__dict__.update(fields)
 
 
+def answered_later(lookup: Callable[[str], dict[int, int]], topic: str) -> Future:
+    """A lookup's answer as the link gives it: a future (answered at once here), or its error."""
+    try:
+        return Future().success(lookup(topic))
+    except Exception as exc:
+        return Future().failure(exc)
+
+
 class FakeSource:
     """Partitions as lists of raw batches (at their source offsets), one leader (node 1)."""
 
@@ -53,6 +61,9 @@ class FakeSource:
 
     def leaders(self, topic: str) -> dict[int, int]:
         return {p: 1 for t, p in self.logs if t == topic}
+
+    def leaders_async(self, topic: str) -> Future:
+        return answered_later(self.leaders, topic)
 
     def compacted(self, topic: str) -> bool:
         return self.is_compacted
@@ -109,6 +120,9 @@ class FakeDestination:
 
     def leaders(self, topic: str) -> dict[int, int]:
         return dict.fromkeys(range(8), 2)
+
+    def leaders_async(self, topic: str) -> Future:
+        return answered_later(self.leaders, topic)
 
     def destination_topic(self, topic: str) -> DestinationTopic:
         return self.config

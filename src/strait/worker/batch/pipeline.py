@@ -287,10 +287,12 @@ class BatchPipeline(PipelineLoop):
         assert links is not None
         return links.destination.init_producer_id()
 
-    def _lookup_leaders(self, cluster: str, topic: str) -> dict[int, int]:
+    def _lookup_leaders(self, cluster: str, topic: str) -> Any:
+        """A future of ``topic``'s leaders on ``cluster``: never a blocking round trip on the
+        loop's only thread (see strait.worker.batch.leaders)."""
         links = self._links
         assert links is not None
-        return (links.source if cluster == "source" else links.destination).leaders(topic)
+        return (links.source if cluster == "source" else links.destination).leaders_async(topic)
 
     def _leader(self, part: BatchPartition, cluster: str, now: float) -> int | None:
         """The partition's leader on ``cluster``; None (the partition waits) while unknown, and a
@@ -302,7 +304,8 @@ class BatchPipeline(PipelineLoop):
         missing_s = self._leaders.gone(cluster, topic)
         if missing_s is not None:
             self._fail(part, f"{cluster} {topic}/{partition} does not exist (deleted?): missing for {missing_s:.0f}s")
-        part.wait_until = now + RETRY_BACKOFF_S
+        if not self._leaders.asking(cluster, topic):  # an answer on the way wakes the loop itself
+            part.wait_until = now + RETRY_BACKOFF_S
         return None
 
     def _start_fetches(self, links: Links, now: float) -> None:
