@@ -495,3 +495,50 @@ def test_a_new_producer_sends_one_batch_until_the_first_is_appended() -> None:
     run(pipeline, lambda: state.checkpoint == src.end(("t", 0)))
     assert dst.payloads(("t", 0)) == payloads(logs[("t", 0)])  # in order, each once
     assert state.rewinds == 0
+
+
+class LaterLeaders(FakeSource):
+    """A source whose leader lookups of ``slow`` are answered when the test says so; notes when
+    a partition of ``slow`` is first fetched."""
+
+    def __init__(self, logs: dict[Key, list[bytes]], clock: Clock, slow: str) -> None:
+        super().__init__(logs)
+        self.clock, self.slow = clock, slow
+        self.pending: list[Future] = []
+        self.first_fetch_at: float | None = None
+
+    def leaders_async(self, topic: str) -> Future:
+        if topic != self.slow:
+            return super().leaders_async(topic)
+        self.pending.append(Future())
+        return self.pending[-1]
+
+    def fetch(self, node: int, offsets: dict[Key, int], **options: Any) -> Future:
+        if self.first_fetch_at is None and any(t == self.slow for t, _ in offsets):
+            self.first_fetch_at = self.clock.now
+        return super().fetch(node, offsets, **options)
+
+
+def test_a_leader_lookup_on_the_way_holds_neither_the_other_partitions_nor_its_own() -> None:
+    # Before: each lookup was a blocking Metadata round trip on the loop's only thread.
+    logs = {("t", 0): source_log(3), ("slow", 0): source_log(2)}
+    clock = Clock()
+    batch_pipeline.time = clock  # type: ignore[attr-defined]  # restored by the autouse fixture
+    src, dst = LaterLeaders(logs, clock, "slow"), FakeDestination()
+    pipeline = BatchPipeline(
+        name="batch",
+        source={},
+        destination={},
+        group_id="g",
+        client_id="c",
+        links=FakeLinks(src, dst, clock),  # type: ignore[arg-type]
+    )
+    fast, slow = start(pipeline, "t", 0), start(pipeline, "slow", 0)
+    run(pipeline, lambda: fast.checkpoint == src.end(("t", 0)))
+    assert slow.records == 0 and len(src.pending) == 1  # asked once, not again while on the way
+    answered_at = clock.now
+    src.pending[0].success(src.leaders("slow"))
+    run(pipeline, lambda: slow.checkpoint == src.end(("slow", 0)))
+    # Fetched at the next turns, not after the 0.2 s wait of a leader that is not known.
+    assert src.first_fetch_at is not None
+    assert src.first_fetch_at - answered_at < batch_pipeline.RETRY_BACKOFF_S / 2
