@@ -190,3 +190,89 @@ def test_generated_histories_cover_every_kind_of_move(monkeypatch: pytest.Monkey
     for seed in range(60):
         test_generated_histories_keep_the_rules(seed, monkeypatch)
     assert {("batch", "realtime"), ("realtime", "batch"), ("realtime", "catchup"), ("catchup", "realtime")} <= seen
+
+
+def _fetch_batches(state: PartitionState, batches: int, records_per_batch: int, bytes_per_record: int = 100) -> None:
+    """What the batch pipeline counts as it takes a fetch (strait.worker.batch.partition)."""
+    state.batches_fetched += batches
+    state.batch_records_fetched += batches * records_per_batch
+    state.batch_bytes_fetched += batches * records_per_batch * bytes_per_record
+
+
+def _settle_move(placement: Moves, pipes: dict[str, Pipe], entry: Entry, now: float) -> None:
+    for pipe in pipes.values():
+        pipe.settle()
+    placement.advance(entry, now)
+    assert entry.phase == "running"
+
+
+def test_a_lagging_partition_with_small_source_batches_is_copied_record_by_record_for_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.0)
+    placement, pipes = _setup()
+    entry = _start(placement, 100 * THRESHOLD)
+    state = entry.state
+    assert entry.pipeline is pipes["batch"]
+    # Too few batches seen to judge: stays, whatever their size.
+    _fetch_batches(state, moves.SPARSE_JUDGED_BATCHES - 1, 4)
+    placement.classify([entry], 10.0)
+    assert entry.phase == "running" and entry.pipeline is pipes["batch"]
+    _fetch_batches(state, 1, 4)
+    placement.classify([entry], 11.0)
+    assert entry.phase == "moving" and entry.target is pipes["catchup"]
+    _settle_move(placement, pipes, entry, 11.0)
+    assert state.mode == "record" and state.mode_reason == moves.sparse_reason()
+    # Still lagging: no way back to batch mode during the hold.
+    for now in (20.0, 100.0, 11.0 + moves.SPARSE_HOLD_S - 1):
+        placement.classify([entry], now)
+        assert entry.phase == "running" and entry.pipeline is pipes["catchup"]
+    # After the hold, batch mode is tried again with fresh counts.
+    now = 11.0 + moves.SPARSE_HOLD_S
+    placement.classify([entry], now)
+    assert entry.phase == "moving" and entry.target is pipes["batch"]
+    _settle_move(placement, pipes, entry, now)
+    assert state.mode == "batch" and state.mode_reason == lagging_reason(THRESHOLD)
+    assert state.batches_fetched == state.batch_records_fetched == state.batch_bytes_fetched == 0
+
+
+def test_a_sparse_partition_that_catches_up_goes_to_realtime_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.0)
+    placement, pipes = _setup()
+    entry = _start(placement, 100 * THRESHOLD)
+    _fetch_batches(entry.state, 1000, 3)
+    placement.classify([entry], 10.0)
+    _settle_move(placement, pipes, entry, 10.0)
+    assert entry.pipeline is pipes["catchup"]
+    tracker = entry.state.tracker
+    assert tracker is not None
+    entry.state.source_end = tracker.next_offset + THRESHOLD // 4  # caught up
+    placement.classify([entry], 20.0)
+    assert entry.target is pipes["realtime"]
+    _settle_move(placement, pipes, entry, 20.0)
+    assert entry.state.mode == "record" and entry.state.mode_reason == caught_up_reason(THRESHOLD)
+    # And lagging again within the hold: the record catch-up pipeline, not batch mode.
+    entry.state.source_end = tracker.next_offset + 2 * THRESHOLD
+    placement.classify([entry], 30.0)
+    assert entry.target is pipes["catchup"]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_batch_mode_is_left_for_small_batches_only(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generated densities: a partition leaves batch mode for its batch size exactly when the
+    averages are under both limits, once enough batches were seen."""
+    rng = random.Random(seed)
+    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.0)
+    placement, pipes = _setup()
+    entry = _start(placement, 100 * THRESHOLD)
+    state = entry.state
+    records = rng.choice([1, 4, 30, 63, 64, 65, 500])
+    size = rng.choice([10, 100, 600, 1024, 4096])
+    batches = rng.choice([50, 199, 200, 1000])
+    _fetch_batches(state, batches, records, size)
+    placement.classify([entry], 10.0)
+    small = records < moves.SPARSE_RECORDS_PER_BATCH and records * size < moves.SPARSE_BATCH_BYTES
+    expect_move = batches >= moves.SPARSE_JUDGED_BATCHES and small
+    assert (entry.phase == "moving") is expect_move, (records, size, batches)
+    if expect_move:
+        assert entry.target is pipes["catchup"]

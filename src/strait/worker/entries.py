@@ -94,6 +94,9 @@ class Entry:
     successor: PartitionTask | None = None
     # A batch route's partition whose batches cannot pass unchanged: record mode for good.
     batch_fallback: bool = False
+    # A batch route's lagging partition whose source batches were too small for batch mode to
+    # pay: copied record by record until this time (strait.worker.moves).
+    sparse_until: float = 0.0
 
 
 def snapshot(entry: Entry, earlier: tuple[int, int, int] | None = None) -> PartitionStats:

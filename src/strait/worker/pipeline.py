@@ -161,6 +161,11 @@ class PartitionState:
         # copied record by record when its route asked for batches (or what the route says).
         self.mode = "record"
         self.mode_reason = ""
+        # Data batches the batch pipeline fetched for the partition since it last entered batch
+        # mode, and their records and bytes (strait.worker.moves judges whether batch mode pays).
+        self.batches_fetched = 0
+        self.batch_records_fetched = 0
+        self.batch_bytes_fetched = 0
         # The steps from the assignment to the first copied record (strait.worker.startup);
         # dropped once that record is acknowledged.
         self.trace: StartTrace | None = StartTrace()

@@ -152,6 +152,11 @@ class BatchPartition:
                     )
             self.queue.append(Queued(batch, action is Action.PRODUCE, now))
             self.queued_bytes += batch.size
+            if action is Action.PRODUCE:
+                state = self.state
+                state.batches_fetched += 1
+                state.batch_records_fetched += batch.record_count
+                state.batch_bytes_fetched += batch.size
         if not selection.decisions and split.truncated:
             # One batch larger than the fetch size: ask for more next time.
             self.fetch_bytes = min(MAX_PARTITION_FETCH_BYTES, self.fetch_bytes * 2)
