@@ -323,3 +323,53 @@ def test_a_caught_up_partition_moves_to_record_mode_and_new_records_arrive_once(
     copied_rows = read_all(dst, topic)
     assert payload(copied_rows) == payload(source_rows)  # each record once, in order
     assert [o for *_, o in copied_rows] == list(range(len(source_rows)))
+
+
+def test_a_backlog_of_small_batches_moves_to_record_mode_and_arrives_once(
+    sandbox: Sandbox, make_copier: Callable[..., Copier], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lagging partition whose source batches hold 4 records starts in batch mode, is judged too
+    sparse for it after 200 batches, and finishes its backlog in the record catch-up pipeline:
+    every record once, in order."""
+    from strait.worker import moves
+
+    monkeypatch.setattr(moves, "MIN_DWELL_S", 0.3)  # judged soon, long before the backlog ends
+    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.2)
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    topic = f"bp-sparse-{uid()}"
+    create_topic(src, topic, 1)
+    producer = Producer({**src, "batch.num.messages": 4, "linger.ms": 0, "enable.idempotence": True})
+    for i in range(40_000):
+        producer.produce(topic, value=f"{i:08d}".encode() * 4)
+        if i % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    source_rows = read_all(src, topic)
+    copier = make_copier(f"g-{uid()}", catchup_lag_threshold=500)
+    task = PartitionTask(ROUTE, topic, 0, topic)
+    reasons: list[tuple[str | None, str]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            s = stats_of(copier, task)
+            if s is not None and s.pipeline is not None and s.state == "ok":
+                now = (s.pipeline, s.mode_reason)
+                if not reasons or reasons[-1] != now:
+                    reasons.append(now)
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        copier.assign([task])
+        wait_for(lambda: copied_through(copier, task, len(source_rows)), "the backlog copied")
+    finally:
+        done.set()
+        sampler.join(5)
+    assert reasons[0] == ("batch", "lagging: more than 500 records behind"), reasons
+    assert ("catchup", moves.sparse_reason()) in reasons, reasons
+    assert all(pipeline != "batch" for pipeline, _ in reasons[reasons.index(("catchup", moves.sparse_reason())) :])
+    copied_rows = read_all(dst, topic)
+    assert payload(copied_rows) == payload(source_rows)  # each record once, in order
+    assert [o for *_, o in copied_rows] == list(range(len(source_rows)))
