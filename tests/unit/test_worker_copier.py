@@ -309,13 +309,14 @@ def test_a_failed_start_is_tried_again_soon_then_less_and_less_often(
 ) -> None:
     monkeypatch.setattr(starts, "START_RETRY_S", 5.0)
     monkeypatch.setattr(starts, "FIRST_START_RETRY_S", 0.25)
+    monkeypatch.setattr(starts, "QUICK_TRIES", 6)
     entry = Entry(state=PartitionState(_task()))
     waits = []
-    for _ in range(7):
+    for _ in range(12):
         before = time.monotonic()
         harness.copier._retry_later([entry], "source topic 'orders' does not exist")
         waits.append(entry.next_attempt - before)
-    assert [round(w * 4) / 4 for w in waits] == [0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+    assert [round(w * 4) / 4 for w in waits] == [0.25] * 6 + [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
     assert entry.start_error == "source topic 'orders' does not exist"
 
 

@@ -23,12 +23,13 @@ from strait.worker.task import PartitionTask
 log = logging.getLogger(__name__)
 
 # Starting a partition needs the source and destination admin APIs; when they fail the
-# partition is tried again after FIRST_START_RETRY_S, doubling up to START_RETRY_S. The first
-# tries come soon: a topic created a moment ago is often not yet known to every broker
-# (UNKNOWN_TOPIC, NOT_LEADER) for a few hundred milliseconds, and a new topic's first record
-# used to wait the full 5 s for that.
+# partition is tried again every FIRST_START_RETRY_S for QUICK_TRIES tries, then after doubling
+# waits up to START_RETRY_S. The first tries come soon: a topic created a moment ago is often not
+# yet served by its leader (UNKNOWN_TOPIC, NOT_LEADER on its offsets) for up to ~1.5 s, and with
+# a doubling from the first retry its first record waited for the try at 1.75 s.
 START_RETRY_S = 5.0
 FIRST_START_RETRY_S = 0.25
+QUICK_TRIES = 6
 # A partition whose destination topic is still being made ready is looked at again this soon.
 DESTINATION_CHECK_S = 0.05
 
@@ -159,9 +160,9 @@ class PartitionStarts:
 
     def _retry_later(self, entries: list[Entry], reason: str) -> None:
         failures = 1 + max((e.start_failures for e in entries), default=0)
-        delay = min(START_RETRY_S, FIRST_START_RETRY_S * 2 ** (failures - 1))
-        # The first quick retries are routine right after a topic was created.
-        level = logging.WARNING if failures >= 3 else logging.INFO
+        delay = min(START_RETRY_S, FIRST_START_RETRY_S * 2 ** max(0, failures - QUICK_TRIES))
+        # The quick retries are routine right after a topic was created.
+        level = logging.WARNING if failures > QUICK_TRIES else logging.INFO
         log.log(
             level,
             "copier %s: cannot start %d partition(s) yet (retry in %.2fs): %s",
