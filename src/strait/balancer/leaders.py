@@ -34,10 +34,12 @@ def balance_leaders(ws: Workspace) -> None:
             led.setdefault(reps[0], []).append(pidx)
     count = {b: len(v) for b, v in led.items()}
     # A broker whose partitions all failed is set aside for the rest of a pass, yet brokers that
-    # hand partitions away later may fall two below it; another pass (with every broker again)
-    # picks those up. With traffic bands most refusals stay refusals, so one pass is made there.
+    # hand partitions away later may fall two below it; another pass, over those brokers only,
+    # picks them up. With traffic bands most refusals stay refusals, so one pass is made there.
+    again = brokers
     for _ in range(1 if loads is not None else _PASSES):
-        if not _pass(ws, brokers, led, count):
+        again = _pass(ws, brokers, again, led, count)
+        if not again:
             break
 
 
@@ -45,12 +47,17 @@ def balance_leaders(ws: Workspace) -> None:
 _PASSES = 4
 
 
-def _pass(ws: Workspace, brokers: list[int], led: dict[int, list[int]], count: dict[int, int]) -> bool:
-    """One pass of handing partitions from the broker leading most to followers leading at least
-    two fewer; whether any was handed."""
+def _pass(
+    ws: Workspace, brokers: list[int], givers: list[int], led: dict[int, list[int]], count: dict[int, int]
+) -> list[int]:
+    """One pass of handing partitions from the broker leading most (of `givers`, and of those
+    that receive meanwhile) to followers leading at least two fewer. Returns the brokers set aside
+    that some broker handing later fell two below: the ones another pass may still help."""
     loads = ws.loads
-    handed = False
-    most = [(-count[b], b) for b in brokers]
+    # Brokers set aside: (count then, number of hand-overs then); and each hand-over's giver count.
+    aside: dict[int, tuple[int, int]] = {}
+    fell: list[int] = []
+    most = [(-count[b], b) for b in givers]
     least = [(count[b], b) for b in brokers]
     heapq.heapify(most)
     heapq.heapify(least)
@@ -92,14 +99,20 @@ def _pass(ws: Workspace, brokers: list[int], led: dict[int, list[int]], count: d
                 for b in (b_max, best):
                     heapq.heappush(most, (-count[b], b))
                     heapq.heappush(least, (count[b], b))
-                moved = handed = True
+                fell.append(count[b_max])
+                moved = True
                 break
             i += 1
         cursor[b_max] = i
         if not moved:
             # No partition led here has a follower with fewer leaders: done for this pass.
             heapq.heappop(most)
-    return handed
+            aside[b_max] = (count[b_max], len(fell))
+    # The lowest giver count after each hand-over (none after the last: nobody fell).
+    lowest = [*fell, max(count.values())]
+    for k in range(len(fell) - 1, -1, -1):
+        lowest[k] = min(lowest[k], lowest[k + 1])
+    return [b for b, (c, at) in aside.items() if count[b] == c and c >= lowest[at] + 2]
 
 
 def _lead_with(ws: Workspace, pidx: int, new: int, led: dict[int, list[int]], count: dict[int, int]) -> None:
