@@ -444,6 +444,11 @@ def failover(
     mm2_sync_wait: float = typer.Option(
         120.0, help="Seconds to wait for MirrorMaker to sync the group's offsets to the destination."
     ),
+    delivery: str | None = typer.Option(
+        None,
+        help="Strait's route delivery (at-least-once, exactly-once; default the route's): exactly-once writes "
+        "the offset map inside its transactions, which the map's cost then shows.",
+    ),
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
@@ -469,6 +474,7 @@ def failover(
                 partitions=partitions,
                 commit_every=commit_every,
                 mm2_sync_wait_s=mm2_sync_wait,
+                delivery=delivery,
             )
         ],
         max_load=max_load,

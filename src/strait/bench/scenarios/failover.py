@@ -331,7 +331,14 @@ def _resume_on_destination(
         while any(position[p] < ends[p] for p in range(partitions)):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"resuming on the destination read only to {position} of {ends}")
-            for message in consumer.consume(1000, 0.5):
+            messages = consumer.consume(1000, 0.5)
+            if not messages:
+                # An exactly-once copy ends with a commit marker, which holds no record: the
+                # consumer's position says it was passed.
+                for tp in consumer.position(tps):
+                    if tp.offset >= 0:
+                        position[tp.partition] = max(position[tp.partition], tp.offset)
+            for message in messages:
                 if message.error() is not None:
                     continue
                 p = message.partition() or 0
