@@ -73,6 +73,8 @@ def _pass(
     # so it would mostly fail again, and re-scanning made this phase quadratic.
     cursor: dict[int, int] = {}
     brokers_set = set(brokers)  # live, not drained: the brokers that may lead
+    replicas = ws.replicas
+    allows = loads.allows_lead if loads is not None else None
     while True:
         b_max, b_min = top(most, -1), top(least, 1)
         if b_max is None or b_min is None or count[b_max] - count[b_min] <= 1:
@@ -86,11 +88,11 @@ def _pass(
             # The follower with the fewest leaders that may lead (a leader swap may not push a
             # broker's traffic out of its band), if it has fewer than this broker by two or more.
             best = None
-            followers = [(count[x], x) for x in ws.replicas[pidx][1:] if x in brokers_set and count[x] < ceiling]
+            followers = [(count[x], x) for x in replicas[pidx][1:] if x in brokers_set and count[x] < ceiling]
             if len(followers) > 1:
                 followers.sort()
             for _, x in followers:
-                if loads is None or loads.allows_lead(pidx, b_max, x):
+                if allows is None or allows(pidx, b_max, x):
                     best = x
                     break
             if best is not None:

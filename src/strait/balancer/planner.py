@@ -188,15 +188,20 @@ class Workspace:
 
     def outcome(self, warnings: list[str]) -> Outcome:
         parts: dict[PartitionKey, Partition] = {}
+        partitions, keys, paths = self.model.partitions, self.keys, self.disk_path
         for pidx in sorted(self.touched):
-            old = self.model.partitions[self.keys[pidx]]
+            key = keys[pidx]
+            old = partitions[key]
             reps = tuple(self.replicas[pidx])
-            dirs = tuple(
-                self.disk_path[d] if d >= 0 else old.dirs[old.replicas.index(b)]
-                for b, d in zip(reps, self.disks[pidx], strict=True)
-            )
+            placed = self.disks[pidx]
+            if -1 not in placed:
+                dirs = tuple([paths[d] for d in placed])
+            else:  # a replica on a dir the model does not know stays where it is
+                dirs = tuple(
+                    paths[d] if d >= 0 else old.dirs[old.replicas.index(b)] for b, d in zip(reps, placed, strict=True)
+                )
             leader = old.leader if old.leader in reps else reps[0]
-            parts[old.key] = Partition(old.topic, old.partition, reps, dirs, old.size, leader)
+            parts[key] = Partition(old.topic, old.partition, reps, dirs, old.size, leader)
         return Outcome(parts, warnings)
 
 
