@@ -231,9 +231,12 @@ class _DiskHeap:
         heapq.heapify(self.heap)
 
     def _clean(self) -> None:
-        heap, versions = self.heap, self.ws.disk_version
-        while heap and (heap[0][1] not in self.members or heap[0][2] != versions[heap[0][1]]):
-            heapq.heappop(heap)
+        heap, versions, members, pop = self.heap, self.ws.disk_version, self.members, heapq.heappop
+        while heap:
+            _, d, version = heap[0]
+            if d in members and version == versions[d]:
+                return
+            pop(heap)
 
     def peek(self) -> int | None:
         self._clean()
