@@ -247,6 +247,9 @@ def latency(
     copy: str = typer.Option(
         "default", "--copy", help="Strait's route copy modes: default (the route's), record, batch (comma-separated)."
     ),
+    warm_brokers: float = typer.Option(
+        20.0, help="Seconds of a first, unmeasured run that warms the brokers' JIT (0: none)."
+    ),
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
@@ -277,6 +280,7 @@ def latency(
                 parallelism=parallelism,
                 repeats=repeats,
                 copies=copies,
+                warm_brokers_s=warm_brokers,
             )
         ],
         max_load=max_load,

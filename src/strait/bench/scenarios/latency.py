@@ -38,11 +38,18 @@ def latency(
     parallelism: int = 1,
     repeats: int = 1,
     copies: Sequence[str | None] = (None,),
+    warm_brokers_s: float = 20.0,
 ) -> dict[str, Any]:
     """Steady traffic at fixed rates; end-to-end latency from send to arrival at the destination.
 
     ``copies``: Strait's route ``copy`` modes to measure, each its own run (None: the route's
-    default); MirrorMaker runs once per rate."""
+    default); MirrorMaker runs once per rate. ``warm_brokers_s``: a first, unmeasured run of that
+    length (Strait at the highest rate), so no measured run meets brokers whose JIT is still
+    cold: the first run on a fresh sandbox had 2-5x the p99 of the same run later (73 ms and
+    15 ms for the same record-mode run at 1,000 records/s, quiet machine)."""
+    if warm_brokers_s > 0 and rates:
+        bench.log(f"latency: warming the brokers for {warm_brokers_s:.0f}s (not measured)")
+        _latency_run(bench, "strait", max(rates), warm_brokers_s / 2, warm_brokers_s / 2, partitions, size, 1)
     runs = []
     for repeat in range(repeats):
         for rate in rates:
@@ -76,6 +83,7 @@ def latency(
             "parallelism": parallelism,
             "repeats": repeats,
             "copies": [c or "default" for c in copies],
+            "warm_brokers_s": warm_brokers_s,
         },
         "runs": runs,
         "ratios": ratios,
