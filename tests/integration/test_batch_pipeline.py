@@ -4,6 +4,7 @@ cannot pass unchanged are copied record by record, with the reason in their stat
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -77,6 +78,32 @@ def stats_of(copier: Copier, task: PartitionTask) -> PartitionStats | None:
 def copied_through(copier: Copier, task: PartitionTask, end: int) -> bool:
     s = stats_of(copier, task)
     return s is not None and s.committed is not None and s.committed >= end
+
+
+@contextlib.contextmanager
+def modes_seen(
+    copier: Copier, task: PartitionTask, every_s: float = 0.05
+) -> Iterator[list[tuple[str | None, str, str]]]:
+    """Every (pipeline, mode, mode_reason) the partition runs in while the block runs, in order."""
+    seen: list[tuple[str | None, str, str]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            s = stats_of(copier, task)
+            if s is not None and s.pipeline is not None and s.state == "ok":
+                now = (s.pipeline, s.mode, s.mode_reason)
+                if not seen or seen[-1] != now:
+                    seen.append(now)
+            time.sleep(every_s)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        sampler.join(5)
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "lz4", "zstd"])
@@ -294,30 +321,13 @@ def test_a_caught_up_partition_moves_to_record_mode_and_new_records_arrive_once(
     backlog = len(read_all(src, topic))
     copier = make_copier(f"g-{uid()}", catchup_lag_threshold=500)
     task = PartitionTask(ROUTE, topic, 0, topic)
-    seen: list[tuple[str | None, str, str]] = []
-    done = threading.Event()
-
-    def sample() -> None:  # every mode the partition runs in, in order
-        while not done.is_set():
-            s = stats_of(copier, task)
-            if s is not None and s.pipeline is not None and s.state == "ok":
-                now = (s.pipeline, s.mode, s.mode_reason)
-                if not seen or seen[-1] != now:
-                    seen.append(now)
-            time.sleep(0.05)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
+    with modes_seen(copier, task) as seen:
         copier.assign([task])
         wait_for(lambda: copied_through(copier, task, backlog), "the backlog copied")
         wait_for(lambda: bool(seen) and seen[-1][0] == "realtime", "the move to record mode once caught up")
         produce_mixed(src, topic, 300, "lz4", seed=4)
         source_rows = read_all(src, topic)
         wait_for(lambda: copied_through(copier, task, len(source_rows)), "the new records copied")
-    finally:
-        done.set()
-        sampler.join(5)
     assert seen[0] == ("batch", "batch", "lagging: more than 500 records behind"), seen
     assert seen[1:] == [("realtime", "record", "caught up: batch mode once more than 500 records behind")], seen
     copied_rows = read_all(dst, topic)
@@ -347,26 +357,13 @@ def test_a_backlog_of_small_batches_moves_to_record_mode_and_arrives_once(
     source_rows = read_all(src, topic)
     copier = make_copier(f"g-{uid()}", catchup_lag_threshold=500)
     task = PartitionTask(ROUTE, topic, 0, topic)
-    reasons: list[tuple[str | None, str]] = []
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            s = stats_of(copier, task)
-            if s is not None and s.pipeline is not None and s.state == "ok":
-                now = (s.pipeline, s.mode_reason)
-                if not reasons or reasons[-1] != now:
-                    reasons.append(now)
-            time.sleep(0.02)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
+    with modes_seen(copier, task, every_s=0.02) as seen:
         copier.assign([task])
         wait_for(lambda: copied_through(copier, task, len(source_rows)), "the backlog copied")
-    finally:
-        done.set()
-        sampler.join(5)
+    reasons: list[tuple[str | None, str]] = []
+    for pipeline, _, reason in seen:
+        if not reasons or reasons[-1] != (pipeline, reason):
+            reasons.append((pipeline, reason))
     assert reasons[0] == ("batch", "lagging: more than 500 records behind"), reasons
     assert ("catchup", moves.sparse_reason()) in reasons, reasons
     assert all(pipeline != "batch" for pipeline, _ in reasons[reasons.index(("catchup", moves.sparse_reason())) :])
