@@ -71,6 +71,10 @@ def write_config(layout: BrokerLayout) -> Path:
         "num.recovery.threads.per.data.dir=1",
         "background.threads=2",
         "log.cleaner.threads=1",
+        # The cleaner's key map is 128 MiB by default, allocated in one piece when it starts;
+        # in a 256 MiB heap that ended a broker with OutOfMemoryError (CI, 2026-12-01). 16 MiB
+        # holds ~700k keys, far more than any sandbox topic compacts.
+        "log.cleaner.dedupe.buffer.size=16777216",
         "num.partitions=1",
         f"default.replication.factor={replication}",
         f"offsets.topic.replication.factor={replication}",

@@ -335,7 +335,8 @@ class Sandbox:
             for broker in cluster.brokers:
                 if broker.pid is not None and self._exited(broker.pid):
                     raise SandboxError(
-                        f"broker {broker.id} of cluster {cluster.name!r} exited during start-up; see {broker.log}"
+                        f"broker {broker.id} of cluster {cluster.name!r} exited during start-up"
+                        f"{_last_words(Path(broker.log))}; see {broker.log}"
                     )
             try:
                 if not all(ports.is_listening(b.port) for b in cluster.brokers):
@@ -498,3 +499,14 @@ class Sandbox:
         self.stop_all()
         if not keep:
             shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def _last_words(log: Path) -> str:
+    """The log's last line (a JVM's reason for exiting, e.g. OutOfMemoryError), quoted for an error."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - 2048))
+            lines = f.read().decode("utf-8", "replace").strip().splitlines()
+    except OSError:
+        return ""
+    return f" ({lines[-1][:300]!r})" if lines else ""
