@@ -3,6 +3,7 @@ the busy-machine refusal, and the report section."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import pytest
@@ -137,8 +138,8 @@ def test_a_busy_machine_is_refused_unless_no_threshold_is_set() -> None:
 
 def test_the_report_has_the_section_the_summary_line_and_the_load() -> None:
     runs = [
-        _run("strait", 10.0, 15.0, load={"min_1m": 0.3, "max_1m": 0.8}),
-        _run("mm2", 50.0, 200.0, load={"min_1m": 0.4, "max_1m": 0.9}),
+        _run("strait", 10.0, 15.0, load={"min_1m": 0.3, "max_1m": 0.8}, order=0),
+        _run("mm2", 50.0, 200.0, load={"min_1m": 0.4, "max_1m": 0.9}, order=1),
     ]
     doc = {
         "scenario": "isolation",
@@ -150,7 +151,44 @@ def test_the_report_has_the_section_the_summary_line_and_the_load() -> None:
     text = report.render_markdown({"isolation": doc})
     assert "## Fetch isolation: realtime latency while a backlog drains" in text
     assert "- **Fetch isolation**" in text and "Strait 10.0 → 15.0 ms (1.50x)" in text
-    assert "| Strait | 1 | 2.0 | 10.0 | 3.0 | 15.0 | 1.50 | 1.50 | 100 / 50 | 10.0 |" in text
+    assert "| Strait | 1, 1st | 2.0 | 10.0 | 3.0 | 15.0 | 1.50 | 1.50 | 100 / 50 | 10.0 |" in text
+    assert "| MM2 | 1, 2nd | 2.0 | 50.0 | 3.0 | 200.0 |" in text
     assert "| MM2 | 1 | 50.0 | 200.0 | 1.50 | 4.00 | 10.0 | — |" in text
     assert "0.3 to 0.8" in text and "| met (these runs) |" in text
     assert "isolation" not in text.split("## Not yet measured")[-1]
+
+
+class _Bench:
+    """The little of a Bench that :func:`isolation` uses before its runs: the log and the order."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log(self, line: str) -> None:
+        self.lines.append(line)
+
+    def order(self, repeat: int) -> list[str]:
+        return ["strait", "mm2"] if repeat % 2 == 0 else ["mm2", "strait"]
+
+
+def test_the_brokers_are_warmed_once_before_the_first_run_and_each_run_records_its_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scenario = importlib.import_module("strait.bench.scenarios.isolation")
+    calls: list[str] = []
+    monkeypatch.setattr(scenario, "warm_brokers", lambda bench, seconds, **kw: calls.append(f"warm {seconds}"))
+
+    def run(bench: Any, system: str, shape: Any, *, copy: Any, mm2_profile: Any) -> dict[str, Any]:
+        calls.append(system)
+        return {"system": system, **({"mm2_profile": mm2_profile} if mm2_profile else {})}
+
+    monkeypatch.setattr(scenario, "_isolation_run", run)
+    doc = scenario.isolation(_Bench(), repeats=2, warm_brokers_s=7.0)  # type: ignore[arg-type]
+    assert calls == ["warm 7.0", "strait", "mm2", "mm2", "strait"]
+    assert [(r["system"], r["repeat"], r["order"]) for r in doc["runs"]] == [
+        ("strait", 0, 0),
+        ("mm2", 0, 1),
+        ("mm2", 1, 0),
+        ("strait", 1, 1),
+    ]
+    assert doc["params"]["warm_brokers_s"] == 7.0

@@ -18,8 +18,10 @@ _METHOD = (
     "commit until the destination holds the whole backlog, end offsets polled every 0.1 s) and after. The ratio "
     "with / without is each system's own; the goal (issue 12) is Strait's p99 ratio below 2. Strait runs its "
     "defaults: partitions more than 10,000 records behind move to the catch-up fetch pipeline, the others stay in "
-    "the realtime one. Load is the 1-minute load average sampled every 2 s during each run: on a busy two-core "
-    "machine the backlog's copy competes with everything else for CPU, and the ratios are not evidence."
+    "the realtime one. Before the first measured run an unmeasured Strait run (the latency section's broker "
+    "warm-up) warms the brokers; the systems' order alternates per repeat and each row gives its place. Load is "
+    "the 1-minute load average sampled every 2 s during each run: on a busy two-core machine the backlog's copy "
+    "competes with everything else for CPU, and the ratios are not evidence."
 )
 
 
@@ -37,6 +39,13 @@ def _load(run: dict[str, Any]) -> str:
     return f"{_n(load.get('min_1m'), 1)} to {_n(load.get('max_1m'), 1)}" if load else "—"
 
 
+def _run_label(run: dict[str, Any]) -> str:
+    """The repeat, and the run's place in it (``1, 2nd``): a first run may meet colder brokers."""
+    order = run.get("order")
+    place = "" if order is None else f", {('1st', '2nd', '3rd')[order] if order < 3 else f'{order + 1}th'}"
+    return f"{run.get('repeat', 0) + 1}{place}"
+
+
 def _runs_table(doc: dict[str, Any]) -> list[str]:
     rows = []
     for r in sorted(doc.get("runs", []), key=lambda r: (r.get("mode", r["system"]), r.get("repeat", 0))):
@@ -45,7 +54,7 @@ def _runs_table(doc: dict[str, Any]) -> list[str]:
         rows.append(
             [
                 _label(r.get("mode", r["system"])),
-                str(r.get("repeat", 0) + 1),
+                _run_label(r),
                 _n(without.get("p50_ms"), 1),
                 _n(without.get("p99_ms"), 1),
                 _n(with_.get("p50_ms"), 1),
@@ -63,7 +72,7 @@ def _runs_table(doc: dict[str, Any]) -> list[str]:
     return _table(
         [
             "system",
-            "run",
+            "repeat, place",
             "without p50 ms",
             "without p99 ms",
             "with p50 ms",

@@ -47,9 +47,8 @@ def latency(
     length (Strait at the highest rate), so no measured run meets brokers whose JIT is still
     cold: the first run on a fresh sandbox had 2-5x the p99 of the same run later (73 ms and
     15 ms for the same record-mode run at 1,000 records/s, quiet machine)."""
-    if warm_brokers_s > 0 and rates:
-        bench.log(f"latency: warming the brokers for {warm_brokers_s:.0f}s (not measured)")
-        _latency_run(bench, "strait", max(rates), warm_brokers_s / 2, warm_brokers_s / 2, partitions, size, 1)
+    if rates:
+        warm_brokers(bench, warm_brokers_s, rate=max(rates), partitions=partitions, size=size, scenario="latency")
     runs = []
     for repeat in range(repeats):
         for rate in rates:
@@ -88,6 +87,16 @@ def latency(
         "runs": runs,
         "ratios": ratios,
     }
+
+
+def warm_brokers(bench: Bench, seconds: float, *, rate: float, partitions: int, size: int, scenario: str) -> None:
+    """A first, unmeasured Strait run of ``seconds`` at ``rate`` (half warm-up, half traffic), so no
+    measured run meets brokers whose JIT is still cold (0: none). Shared by the scenarios whose
+    first run would otherwise be measured on a fresh sandbox (latency, isolation)."""
+    if seconds <= 0:
+        return
+    bench.log(f"{scenario}: warming the brokers for {seconds:.0f}s (not measured)")
+    _latency_run(bench, "strait", rate, seconds / 2, seconds / 2, partitions, size, 1)
 
 
 def _latency_run(
