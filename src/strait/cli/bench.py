@@ -2,113 +2,30 @@
 
 from __future__ import annotations
 
-import shutil
-import sys
-import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from strait.cli import bench_chaos, bench_scale
+from strait.cli.bench_session import (
+    _IGNORE_LOAD,
+    _KEEP,
+    _MARKDOWN,
+    _MAX_LOAD,
+    _RESULTS,
+    _SYSTEMS,
+    _WORKDIR,
+    _floats,
+    _ints,
+    _session,
+    _words,
+)
+
 app = typer.Typer(
     help="Benchmarks: Strait and MirrorMaker 2 side by side on the same sandbox clusters (not part of CI).",
     no_args_is_help=True,
 )
-
-_SYSTEMS = typer.Option("strait,mm2", "--systems", help="Comma-separated systems to run: strait, mm2.")
-_RESULTS = typer.Option(Path("bench/results"), "--results-dir", help="Where result JSON and PNG files go.")
-_MARKDOWN = typer.Option(Path("BENCHMARKS.md"), "--markdown", help="The Markdown report regenerated after a run.")
-_WORKDIR = typer.Option(None, "--workdir", help="Sandbox and process logs (default: a new temporary folder).")
-_KEEP = typer.Option(False, "--keep", help="Keep the work folder (logs of every process) after the run.")
-# Every measured benchmark refuses a busy machine (see _quiet); the load is recorded in its result.
-_MAX_LOAD = typer.Option(
-    1.0, "--max-load", help="Refuse to start while the 1-minute load average is above this (recorded in the result)."
-)
-_IGNORE_LOAD = typer.Option(
-    False, "--ignore-load", help="Run even on a busy machine (a smoke run: its figures are then not evidence)."
-)
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
-
-
-def _words(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
-def _quiet(max_load: float, ignore_load: bool) -> dict[str, Any]:
-    """Refuse a busy machine (exit 2, naming the load and the threshold) unless ``ignore_load``;
-    what was checked, to record in the result's ``params``."""
-    from strait.bench import machine
-
-    try:
-        load = machine.check_quiet(None if ignore_load else max_load)
-    except machine.MachineBusy as exc:
-        typer.echo(f"{exc} (or pass --ignore-load: the figures are then not evidence)", err=True)
-        raise typer.Exit(2) from None
-    return {"max_load": max_load, "ignore_load": ignore_load, "load_at_check": load}
-
-
-def _session(
-    systems: str,
-    results_dir: Path,
-    markdown: Path,
-    workdir: Path | None,
-    keep: bool,
-    body: Callable[[Any], list[dict[str, Any]]],
-    *,
-    max_load: float,
-    ignore_load: bool,
-    clusters: tuple[tuple[str, ...], dict[str, str]] | None = None,
-) -> None:
-    """Sandbox up, run ``body(bench)``, save and plot its results, regenerate the Markdown, tear down.
-
-    Refused on a busy machine (``max_load``, ``ignore_load``: see _quiet), before anything starts.
-    ``clusters``: the sandbox's cluster names and their security modes (default src and dst, plaintext)."""
-    from strait.bench import machine, report
-    from strait.bench.scenarios import Bench
-    from strait.sandbox import Sandbox, SandboxSpec
-
-    unknown = set(_words(systems)) - {"strait", "mm2"}
-    if unknown:
-        raise typer.BadParameter(
-            f"unknown system(s) {', '.join(sorted(unknown))}: use strait, mm2", param_hint="--systems"
-        )
-    checked = _quiet(max_load, ignore_load)
-    root = (workdir or Path(tempfile.mkdtemp(prefix="strait-bench-"))).resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    described = machine.describe()
-    typer.echo(f"benchmark work folder: {root}")
-    started = time.monotonic()
-    names, modes = clusters or (("src", "dst"), {})
-    sandbox = Sandbox.up(SandboxSpec(clusters=names, brokers=1, log_dirs=1, state_dir=root / "sandbox", security=modes))
-    failed = True
-    try:
-        bench = Bench(sandbox=sandbox, workdir=root / "runs", systems=_words(systems), log=lambda m: typer.echo(m))
-        for result in body(bench):
-            result.setdefault("params", {}).update(checked)
-            # The arguments as given, whether run as `strait bench ...` or `python -m strait.cli.bench ...`.
-            args = sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else sys.argv[1:]
-            command = " ".join(["strait bench", *args])
-            path = report.save(result, results_dir, machine=described, command=command)
-            image = report.plot(result, results_dir)
-            typer.echo(f"wrote {path}" + (f" and {image}" if image else ""))
-        report.write_markdown(results_dir, markdown)
-        typer.echo(f"wrote {markdown} ({time.monotonic() - started:.0f}s in all)")
-        failed = False
-    finally:
-        sandbox.down(keep=keep or failed)
-        if keep or failed:
-            typer.echo(f"logs kept in {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
 
 
 @app.command()
@@ -316,9 +233,6 @@ def isolation(
     mm2_profile: str = typer.Option(
         "default", "--mm2-profile", help="MirrorMaker 2 settings: default, tuned (comma-separated)."
     ),
-    warm_brokers: float = typer.Option(
-        20.0, help="Seconds of a first, unmeasured run that warms the brokers' JIT (0: none)."
-    ),
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
@@ -349,7 +263,6 @@ def isolation(
             repeats=repeats,
             copies=copies,
             mm2_profiles=profiles,
-            warm_brokers_s=warm_brokers,
         )
         return [result]
 
@@ -574,109 +487,6 @@ def run_all(
     )
 
 
-def _duration(text: str) -> float:
-    """Seconds from "30m", "90s", "1h" or a plain number of seconds."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    text = text.strip().lower()
-    try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
-    except ValueError:
-        raise typer.BadParameter(
-            f"{text!r} is not a duration: use e.g. 30m, 90s or 1h", param_hint="--duration"
-        ) from None
-
-
-_RELIABILITY = typer.Option(
-    Path("RELIABILITY.md"), "--markdown", help="The reliability report regenerated after a run."
-)
-
-
-@app.command()
-def chaos(
-    duration: str = typer.Option("30m", help="How long faults and load go on: 30m, 180s, 1h."),
-    seed: int = typer.Option(1, help="Seed of the fault schedule: the same seed replays the same faults."),
-    delivery: str = typer.Option("at-least-once", help="The route's delivery: at-least-once or exactly-once."),
-    copy: str | None = typer.Option(None, "--copy", help="The route's copy mode: record or batch (default: its own)."),
-    brokers: int = typer.Option(3, help="Brokers per cluster (broker faults need 3)."),
-    workers: int = typer.Option(3, help="Worker processes."),
-    controllers: int = typer.Option(2, help="Controller processes."),
-    hog: bool = typer.Option(True, "--hog/--no-hog", help="Starve the machine with one busy-loop process per core."),
-    rate: float = typer.Option(50.0, help="Steady records/s per partition (bursts come on top)."),
-    catchup_timeout: float = typer.Option(300.0, help="Seconds the copy gets to catch up once the load stops."),
-    json_path: Path | None = typer.Option(None, "--json", help="Also write the result document here."),
-    results_dir: Path = _RESULTS,
-    markdown: Path = _RELIABILITY,
-    workdir: Path | None = _WORKDIR,
-    keep: bool = _KEEP,
-) -> None:
-    """Faults from a seeded schedule under a CPU hog; every record checked: lost, duplicated, out of order."""
-    import json
-
-    from strait.bench import machine
-    from strait.bench.chaos import ChaosOptions, run
-    from strait.bench.chaos import report as chaos_report
-
-    if delivery not in ("at-least-once", "exactly-once"):
-        raise typer.BadParameter("use at-least-once or exactly-once", param_hint="--delivery")
-    if copy not in (None, "record", "batch"):
-        raise typer.BadParameter("use record or batch", param_hint="--copy")
-    options = ChaosOptions(
-        duration_s=_duration(duration),
-        seed=seed,
-        delivery="exactly-once" if delivery == "exactly-once" else "at-least-once",
-        brokers=brokers,
-        workers=workers,
-        controllers=controllers,
-        hog=hog,
-        rate_per_partition=rate,
-        catchup_timeout_s=catchup_timeout,
-        copy=None if copy is None else ("batch" if copy == "batch" else "record"),
-    )
-    root = (workdir or Path(tempfile.mkdtemp(prefix="strait-chaos-"))).resolve()
-    typer.echo(f"chaos work folder (sandbox and process logs): {root}")
-    described = {
-        **machine.describe(),
-        "kafka_broker": f"Apache Kafka 4.4.0 (KRaft, {brokers} brokers per cluster, sandbox)",
-    }
-    described.pop("mirrormaker", None)
-    result: dict[str, Any] = {}
-    try:
-        result = run(options, workdir=root, log=typer.echo)
-    finally:
-        if keep or not result.get("ok"):
-            typer.echo(f"logs kept in {root}")
-    args = sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else sys.argv[1:]
-    path = chaos_report.save(result, results_dir, machine=described, command=" ".join(["strait bench", *args]))
-    if json_path is not None:
-        json_path.write_text(path.read_text())
-    chaos_report.write_markdown(results_dir, markdown)
-    totals = result["totals"]
-    injected = result["faults_injected"]
-    typer.echo(
-        f"records produced {totals['produced']:,}, checked {totals['checked']:,}; faults injected "
-        f"{sum(injected.values())} ({json.dumps(injected)}); lost {totals['lost']:,}, "
-        f"not yet copied {totals['not_yet_copied']:,}, duplicates {totals['duplicates']:,}, "
-        f"out of order {totals['out_of_order']:,}"
-    )
-    typer.echo(f"wrote {path} and {markdown}")
-    if not result["ok"]:
-        typer.echo("FAILED: " + "; ".join(result["failures"]))
-        raise typer.Exit(1)
-    if not keep:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@app.command("chaos-report")
-def chaos_report_command(results_dir: Path = _RESULTS, markdown: Path = _RELIABILITY) -> None:
-    """Regenerate RELIABILITY.md from the chaos result files."""
-    from strait.bench.chaos import report as chaos_report
-
-    chaos_report.write_markdown(results_dir, markdown)
-    typer.echo(f"wrote {markdown}")
-
-
 @app.command()
 def delivery(
     sizes: str = typer.Option("100,1024", help="Record sizes in bytes of the throughput copies."),
@@ -728,143 +538,13 @@ def delivery(
     )
 
 
-@app.command()
-def assignment(
-    partitions: int = typer.Option(100_000, help="Partitions to assign."),
-    workers: int = typer.Option(500, help="Workers, spread evenly over the pools."),
-    pools: int = typer.Option(5, help="Worker pools; routes limited to one pool each hold a fifth of the partitions."),
-    repeats: int = typer.Option(5, help="Deaths and joins measured (a different worker each time)."),
-    seed: int = typer.Option(1, help="Seed of the generated fleet."),
-    max_load: float = _MAX_LOAD,
-    ignore_load: bool = _IGNORE_LOAD,
-    results_dir: Path = _RESULTS,
-) -> None:
-    """No cluster: time to compute a new assignment after a worker dies and after one joins (goal < 1 s)."""
-    import json
-
-    from strait.bench import assignment as scenario
-
-    checked = _quiet(max_load, ignore_load)
-    result = scenario.run(partitions, workers, pools, repeats, seed, log=typer.echo)
-    result.update(checked)
-    death, join = result["death_assign_s"], result["join_assign_s"]
-    typer.echo(
-        f"after a death: median {death['median']:.3f} s, max {death['max']:.3f} s; after a join: median "
-        f"{join['median']:.3f} s, max {join['max']:.3f} s (goal < {result['goal_s']:.0f} s); "
-        f"load average {result['load_average_before']} on {result['cpus']} CPUs; violations {result['violations']}"
-    )
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / "assignment.json"
-    result["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    typer.echo(f"wrote {path}")
-    if result["violations"]:
-        raise typer.Exit(1)
-
-
-@app.command()
-def zookeeper(
-    partitions: int = typer.Option(100_000, help="Partitions to assign."),
-    workers: int = typer.Option(5, help="Simulated workers (each its own ZooKeeper session)."),
-    topics: int = typer.Option(100, help="Topics the partitions are spread over."),
-    connect: str | None = typer.Option(None, "--zookeeper", help="HOST:PORT of a ZooKeeper (default: a sandbox)."),
-    max_load: float = _MAX_LOAD,
-    ignore_load: bool = _IGNORE_LOAD,
-    results_dir: Path = _RESULTS,
-) -> None:
-    """A real controller publishing 100,000 partitions on a real ZooKeeper: node sizes, time to
-    publish, time for a worker to read its part (the split layout; not part of CI)."""
-    import json
-
-    from strait.bench import zk_scale
-
-    checked = _quiet(max_load, ignore_load)
-    sandbox = None
-    if connect is None:
-        from strait.sandbox import Sandbox, SandboxSpec
-
-        state = Path(tempfile.mkdtemp(prefix="strait-bench-zk-"))
-        sandbox = Sandbox.up(SandboxSpec(clusters=("src",), brokers=1, log_dirs=1, state_dir=state))
-        connect = sandbox.zookeeper
-    try:
-        result = zk_scale.run(connect, partitions=partitions, workers=workers, topics=topics, log=typer.echo)
-    finally:
-        if sandbox is not None:
-            sandbox.down()
-    result.update(checked)
-    sizes = result["znodes_after_first"]
-    typer.echo(
-        f"{result['partitions']} partitions on {workers} workers: largest node {result['max_znode_bytes']} bytes "
-        f"({sizes['max_node']}; one map, as before, would be {result['layout1_assignment_bytes']} bytes), "
-        f"publish {result['first_publish_s']} s (after a death {result['death_publish_s']} s), worker read median "
-        f"{result['worker_read_s']['median']} s, max {result['worker_read_s']['max']} s; load average "
-        f"{result['load_average_before']} on {result['cpus']} CPUs"
-    )
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / "zookeeper_scale.json"
-    result["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    typer.echo(f"wrote {path}")
-    if not result["under_limit"]:
-        raise typer.Exit(1)
-
-
-@app.command()
-def planner(
-    size: str = typer.Option("both", help="small (100 brokers, 100k replicas), large (1,000, 1M) or both."),
-    goals: str = typer.Option("traffic", help="disks, traffic, tiers or all."),
-    seed: int = typer.Option(7, help="Seed of the generated cluster and its traffic."),
-    max_load: float = _MAX_LOAD,
-    ignore_load: bool = _IGNORE_LOAD,
-    results_dir: Path = _RESULTS,
-) -> None:
-    """No cluster: time (wall and CPU) and peak memory of planning a rebalance of generated
-    clusters, up to 1,000 brokers x 12 disks x 1M replicas (goal < 10 s with traffic)."""
-    import json
-
-    from strait.bench import balancer_plan
-
-    try:
-        chosen = balancer_plan.cases(size, goals)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    checked = _quiet(max_load, ignore_load)
-    runs = []
-    for s, g in chosen:
-        result = balancer_plan.run(s, g, seed)
-        typer.echo(balancer_plan.describe(result))
-        runs.append(result)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / "planner.json"
-    doc = {"runs": runs, **checked, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    typer.echo(f"wrote {path}")
-
-
-@app.command()
-def longtail(
-    small: int = typer.Option(24, help="Small partitions (60 KB each)."),
-    big_mb: float = typer.Option(4.0, help="Size of the big partition, MB."),
-    throttle: int = typer.Option(150_000, help="Replication throttle, bytes/s."),
-    window: int = typer.Option(4, help="Moves in flight (the batch size in batch mode)."),
-    max_load: float = _MAX_LOAD,
-    ignore_load: bool = _IGNORE_LOAD,
-    results_dir: Path = _RESULTS,
-) -> None:
-    """The balancer's executor on a 4-broker sandbox: one big partition and many small ones moved
-    in batch mode, then with the pipelined window; wall times and the ratio."""
-    import json
-
-    from strait.bench import balancer_longtail
-
-    checked = _quiet(max_load, ignore_load)
-    result = balancer_longtail.run(small=small, big_mb=big_mb, throttle=throttle, window=window, log=typer.echo)
-    result.update(checked)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / "longtail.json"
-    result["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    typer.echo(f"wrote {path}")
+# Commands kept in their own modules, registered here so `strait bench --help` lists them all.
+app.command()(bench_chaos.chaos)
+app.command("chaos-report")(bench_chaos.chaos_report_command)
+app.command()(bench_scale.assignment)
+app.command()(bench_scale.zookeeper)
+app.command()(bench_scale.planner)
+app.command()(bench_scale.longtail)
 
 
 @app.command()
