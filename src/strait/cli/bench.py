@@ -233,6 +233,9 @@ def isolation(
     mm2_profile: str = typer.Option(
         "default", "--mm2-profile", help="MirrorMaker 2 settings: default, tuned (comma-separated)."
     ),
+    warm_brokers: float = typer.Option(
+        20.0, help="Seconds of a first, unmeasured run that warms the brokers' JIT (0: none)."
+    ),
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
@@ -263,6 +266,7 @@ def isolation(
             repeats=repeats,
             copies=copies,
             mm2_profiles=profiles,
+            warm_brokers_s=warm_brokers,
         )
         return [result]
 
