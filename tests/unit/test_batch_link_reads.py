@@ -1,4 +1,4 @@
-"""The batch pipeline's socket reads and produce answers (strait.worker.batch.link.read_available): everything a
+"""The batch pipeline's socket reads and produce answers (strait.worker.batch.transport.read_available): everything a
 non-blocking socket holds comes out whole and in order, plain or TLS, in far fewer calls than
 kafka-python's 4 KB reads, and a closed peer is an error."""
 
@@ -17,8 +17,9 @@ import pytest
 from kafka.errors import KafkaConnectionError
 
 from strait.sandbox.certs import issue_all
-from strait.worker.batch import link
-from strait.worker.batch.link import produced_partitions, read_available
+from strait.worker.batch import answers, transport
+from strait.worker.batch.answers import produced_partitions
+from strait.worker.batch.transport import read_available
 from strait.worker.batch.wire import Produced
 
 PAYLOAD = os.urandom(3 * 1024 * 1024 + 17)
@@ -132,12 +133,12 @@ def test_a_tls_socket_is_read_whole_a_record_at_a_time(tls_pair: tuple[Any, Any]
 def test_the_link_reads_through_large_reads_on_both_transports() -> None:
     from kafka.net.transport import KafkaSSLTransport, KafkaTCPTransport
 
-    manager = link._manager_class()
-    assert manager is link._manager_class()  # made once
-    for transport in (KafkaTCPTransport, KafkaSSLTransport):
-        large = link._with_large_reads(transport)
-        assert issubclass(large, transport)
-        assert getattr(large, "_sock_recv") is not getattr(transport, "_sock_recv")  # noqa: B009
+    manager = transport.manager_class()
+    assert manager is transport.manager_class()  # made once
+    for kind in (KafkaTCPTransport, KafkaSSLTransport):
+        large = transport._with_large_reads(kind)
+        assert issubclass(large, kind)
+        assert getattr(large, "_sock_recv") is not getattr(kind, "_sock_recv")  # noqa: B009
 
 
 class Answer:
@@ -173,11 +174,11 @@ def test_a_produce_answer_is_read_once_for_all_its_partitions() -> None:
 def test_answers_kept_are_bounded_and_never_mixed_up() -> None:
     first = Answer(1)
     produced_partitions(first)
-    for _ in range(link.ANSWERS_KEPT + 1):
+    for _ in range(answers.ANSWERS_KEPT + 1):
         produced_partitions(Answer(1))
     produced_partitions(first)  # pushed out by newer ones: read again, correctly
     assert first.reads == 2
-    assert len(link._answers.produced) <= link.ANSWERS_KEPT
+    assert len(answers._answers.produced) <= answers.ANSWERS_KEPT
 
 
 def _fetch_answer(correlation_id: int, blobs: list[bytes]) -> bytes:
@@ -221,7 +222,7 @@ def _parsers() -> tuple[Any, Any]:
     from kafka.protocol.parser import KafkaProtocol
 
     parsers = (KafkaProtocol(client_id="x"), KafkaProtocol(client_id="x"))
-    link.adopt_parser(SimpleNamespace(parser=parsers[1]))
+    transport.adopt_parser(SimpleNamespace(parser=parsers[1]))
     for parser in parsers:
         for _ in range(6):
             parser.send_request(
@@ -252,7 +253,7 @@ def test_responses_parsed_without_copies_are_kafka_pythons_however_the_bytes_arr
         for i in range(6)
     )
     theirs, ours = _parsers()
-    assert type(ours) is link._frames_parser_class() and type(theirs) is not type(ours)
+    assert type(ours) is transport._frames_parser_class() and type(theirs) is not type(ours)
     # Cut anywhere: inside the 4-byte size, inside a header, several frames in one piece.
     cuts = sorted({*rng.sample(range(1, len(wire)), rng.randint(1, 40)), 1, 2, 3, 5})
     pieces = [wire[a:b] for a, b in zip([0, *cuts], [*cuts, len(wire)], strict=True) if a < b]
@@ -275,9 +276,9 @@ def test_a_parser_that_started_a_frame_is_left_as_it_is() -> None:
 
     parser = KafkaProtocol(client_id="x")
     parser.receive_bytes(b"\x00\x00")  # half a size: a frame has begun
-    link.adopt_parser(SimpleNamespace(parser=parser))
+    transport.adopt_parser(SimpleNamespace(parser=parser))
     assert type(parser) is KafkaProtocol
-    link.adopt_parser(SimpleNamespace(parser=None))  # no parser yet: nothing to do
+    transport.adopt_parser(SimpleNamespace(parser=None))  # no parser yet: nothing to do
 
 
 def test_an_impossible_frame_size_is_refused_as_before() -> None:

@@ -2,7 +2,8 @@
 
 :class:`~strait.worker.batch.pipeline.BatchPipeline` is the copier's third kind of pipeline:
 it moves whole record batches over :mod:`link` (raw Fetch/Produce on kafka-python's protocol
-classes), with the per-partition accounting in :mod:`partition`, partition leaders from
+classes; its socket reads in :mod:`transport`, its answers read in :mod:`answers`), with the
+per-partition accounting in :mod:`partition`, partition leaders from
 :mod:`leaders`, producer ids from :mod:`identities` and produce round trips for the metrics
 from :mod:`rtts`. The pure rules it strings
 together: record batch v2 parsing and rewriting (``records``), which fetched batches are
