@@ -29,7 +29,7 @@ def test_gc_clock_times_each_collection_by_generation() -> None:
     assert gc.count == [1, 0, 1]
     assert gc.total_s == pytest.approx(0.121)
     assert gc.longest_s[2] == pytest.approx(0.120)
-    assert [(g, round(s, 3)) for g, s, _ in gc.long] == [(2, 0.12)]  # logged later, outside the collection
+    assert [(g, round(s, 3)) for g, s, _, _ in gc.long] == [(2, 0.12)]  # logged later, outside the collection
     # A stop without its start (the clock registered mid-collection) is not counted.
     gc("stop", {"generation": 1})
     assert gc.count == [1, 0, 1]
@@ -80,3 +80,22 @@ def test_idle_waits_are_not_stalls() -> None:
 
     watch.wrap(waits_then_works)()
     assert watch.stalls == 0 and watch.longest_s == pytest.approx(0.002)
+
+
+def test_a_collection_s_cpu_time_is_told_apart_from_its_wall_time(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a busy machine a collection waits for a core while it holds the GIL: its wall time then
+    # says little about the work, its CPU time does. The census says what it walked.
+    clock, cpu = Clock(), Clock()
+    gc = GcClock(clock, cpu)
+    gc("start", {"generation": 2})
+    clock.now += 0.100
+    cpu.now += 0.004
+    gc("stop", {"generation": 2, "collected": 0})
+    assert gc.cpu_s == [0.0, 0.0, pytest.approx(0.004)]
+    monkeypatch.setenv("STRAIT_GC_CENSUS", "1")
+    with caplog.at_level(logging.DEBUG, logger="strait.worker.stalls"):
+        gc.report()
+    assert "gc generation 2 took 100.0 ms (4.0 ms CPU, 0 collected)" in caplog.text
+    assert "objects in generation 2: " in caplog.text

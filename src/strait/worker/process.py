@@ -16,7 +16,7 @@ from strait.coordination import connect
 from strait.coordination.store import CoordinationStore, StoreUnavailable
 from strait.metrics.exposition import serve_metrics
 from strait.metrics.worker import WorkerMetrics
-from strait.worker.agent import LEASE_FRACTION, WorkerAgent, copier_factory
+from strait.worker.agent import LEASE_FRACTION, WorkerAgent, copier_factory, copy_mode
 from strait.worker.lease import Lease
 from strait.worker.stalls import freeze_heap
 
@@ -78,6 +78,11 @@ def run_worker(config: StraitConfig, worker_id: str) -> None:
         lease=lease,
     )
     agents.append(agent)
+    if any(copy_mode(route)[0] == "batch" for route in config.routes):
+        # The batch pipeline's modules (kafka-python, the wire schemas: ~16,000 objects) are
+        # otherwise imported when the first assignment arrives, after the freeze below: every
+        # full collection then walked them, 2-3x the objects a record route's worker walks.
+        import strait.worker.batch.pipeline  # noqa: F401
     freeze_heap()  # full garbage collections no longer walk the start-up objects (stalls.py)
 
     def drain(signum: int, _frame: FrameType | None) -> None:

@@ -14,6 +14,9 @@ late sampler means the process had no CPU or another thread held the GIL. Slow t
 at warning level with those samples, so a benchmark run at its usual log level shows them.
 
 :func:`freeze_heap` (called once a worker has started) keeps full collections short.
+``STRAIT_GC_CENSUS`` (a diagnostic, off by default; slow: it lists every object) logs, after
+each long full collection, how many objects generation 2 held and of which types: what the
+collection had to walk.
 """
 
 from __future__ import annotations
@@ -39,42 +42,66 @@ GC_LOG_S = 0.005
 class GcClock:
     """Time spent in garbage collections (gc.callbacks), in total and per generation."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.perf_counter, cpu_clock: Callable[[], float] = time.thread_time
+    ) -> None:
         self._clock = clock
+        # The collecting thread's CPU time: on a busy machine a collection's wall time also
+        # holds the time the thread waited for a core (the GIL held meanwhile), its CPU time not.
+        self._cpu_clock = cpu_clock
         self._started: float | None = None
+        self._cpu_started = 0.0
         self.total_s = 0.0
         self.count = [0, 0, 0]
         self.seconds = [0.0, 0.0, 0.0]
         self.longest_s = [0.0, 0.0, 0.0]
-        # Long collections not logged yet: (generation, seconds, objects collected). Logged by
-        # report(), never from inside the collection (a handler's lock may be held right then).
-        self.long: deque[tuple[int, float, int]] = deque(maxlen=100)
+        self.cpu_s = [0.0, 0.0, 0.0]
+        # Long collections not logged yet: (generation, seconds, CPU seconds, objects collected).
+        # Logged by report(), never from inside the collection (a handler's lock may be held then).
+        self.long: deque[tuple[int, float, float, int]] = deque(maxlen=100)
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
+            self._cpu_started = self._cpu_clock()
             self._started = self._clock()
             return
         if self._started is None:
             return
         took = self._clock() - self._started
+        cpu = self._cpu_clock() - self._cpu_started
         self._started = None
         generation = int(info.get("generation", 2))
         self.total_s += took
         self.count[generation] += 1
         self.seconds[generation] += took
+        self.cpu_s[generation] += cpu
         self.longest_s[generation] = max(self.longest_s[generation], took)
         if took >= GC_LOG_S:
-            self.long.append((generation, took, int(info.get("collected", 0))))
+            self.long.append((generation, took, cpu, int(info.get("collected", 0))))
 
     def report(self) -> None:
         """Log the long collections since the last call."""
         level = logging.WARNING if _sampling() else logging.DEBUG
         while True:
             try:
-                generation, took, collected = self.long.popleft()  # several loops may report
+                generation, took, cpu, collected = self.long.popleft()  # several loops may report
             except IndexError:
                 return
-            log.log(level, "gc generation %d took %.1f ms (%d collected)", generation, took * 1000, collected)
+            log.log(
+                level,
+                "gc generation %d took %.1f ms (%.1f ms CPU, %d collected)",
+                generation,
+                took * 1000,
+                cpu * 1000,
+                collected,
+            )
+            if generation == 2 and os.environ.get("STRAIT_GC_CENSUS"):
+                census = Counter(type(o).__qualname__ for o in gc.get_objects(2))
+                log.warning(
+                    "gc census: %d objects in generation 2: %s",
+                    sum(census.values()),
+                    ", ".join(f"{k} {v}" for k, v in census.most_common(12)),
+                )
 
 
 _gc_clock: GcClock | None = None
