@@ -3,9 +3,18 @@ when set the pipeline fetches no faster than asked, over simulated time."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from strait.worker.batch.budget import ENV, FetchBudget
+from strait.worker.batch.budget import (
+    ENV,
+    SHARED_ENV,
+    SHARED_FETCH_BYTES,
+    SHARED_SWITCH_INTERVAL_S,
+    FetchBudget,
+    Sharing,
+)
 from tests.unit.test_batch_pipeline import setup, source_log, start
 
 
@@ -55,8 +64,9 @@ def test_a_capped_pipeline_fetches_no_faster_than_its_budget(limited: bool, monk
         monkeypatch.delenv(ENV, raising=False)
     pipeline, src, _ = setup(logs)
     clock = pipeline._links.clock  # type: ignore[union-attr]
-    if pipeline._budget is not None:
-        pipeline._budget = FetchBudget(pipeline._budget.rate, clock=clock.monotonic)  # the simulated clock
+    fixed = pipeline._sharing.fixed
+    if fixed is not None:
+        pipeline._sharing.fixed = FetchBudget(fixed.rate, clock=clock.monotonic)  # the simulated clock
     state = start(pipeline, "t", 0)
     began = clock.now
     for _ in range(2000):
@@ -72,3 +82,68 @@ def test_a_capped_pipeline_fetches_no_faster_than_its_budget(limited: bool, monk
         assert elapsed >= 1.0
     else:
         assert elapsed < 1.0
+
+
+def test_sharing_paces_and_shortens_gil_switches_only_while_realtime_partitions_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv(SHARED_ENV, "1")  # 1 MB/s: 100,000 bytes per burst
+    clock = Clock()
+    before = sys.getswitchinterval()
+    sharing = Sharing(clock=clock)
+    assert sharing.max_bytes(8_000_000) == 8_000_000  # alone: unpaced
+    sharing.share(True)
+    try:
+        assert sys.getswitchinterval() == SHARED_SWITCH_INTERVAL_S
+        assert sharing.max_bytes(8_000_000) == 100_000
+        sharing.spend(100_000)
+        assert sharing.max_bytes(8_000_000) == 0
+        clock.now += 0.05
+        assert sharing.max_bytes(8_000_000) == pytest.approx(50_000, abs=1)
+        other = Sharing(clock=clock)  # a second batch pipeline in the worker
+        other.share(True)
+        sharing.share(False)
+        assert sys.getswitchinterval() == SHARED_SWITCH_INTERVAL_S  # the other still shares
+        other.close()
+        assert sys.getswitchinterval() == before
+        assert sharing.max_bytes(8_000_000) == 8_000_000
+    finally:
+        sharing.close()
+        sys.setswitchinterval(before)
+
+
+def test_shared_answers_are_capped_even_when_pacing_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv(SHARED_ENV, "0")
+    sharing = Sharing(clock=Clock())
+    sharing.share(True)
+    try:
+        assert sharing.max_bytes(8_000_000) == SHARED_FETCH_BYTES
+        sharing.spend(10**9)  # no bucket to take it from
+        assert sharing.max_bytes(8_000_000) == SHARED_FETCH_BYTES
+    finally:
+        sharing.close()
+
+
+def test_a_pipeline_told_to_share_fetches_no_more_than_the_shared_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    logs = {("t", 0): source_log(400)}
+    size = sum(len(raw) for raw in logs[("t", 0)])
+    rate = size / 2
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv(SHARED_ENV, str(rate / 1_000_000))
+    pipeline, src, _ = setup(logs)
+    pipeline.share(True)
+    try:
+        state = start(pipeline, "t", 0)
+        clock = pipeline._links.clock  # type: ignore[union-attr]
+        began = clock.now
+        for _ in range(2000):
+            pipeline._step()
+            if state.checkpoint == src.end(("t", 0)):
+                break
+        assert state.checkpoint == src.end(("t", 0))
+        assert src.fetched_bytes - rate * 0.1 <= rate * (clock.now - began) + 1
+        assert clock.now - began >= 1.0
+    finally:
+        pipeline._sharing.close()

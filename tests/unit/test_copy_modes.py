@@ -276,3 +276,32 @@ def test_batch_mode_is_left_for_small_batches_only(seed: int, monkeypatch: pytes
     assert (entry.phase == "moving") is expect_move, (records, size, batches)
     if expect_move:
         assert entry.target is pipes["catchup"]
+
+
+class SharingPipe(Pipe):
+    """A batch pipe that notes what the moves told it about realtime partitions."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.told: list[bool] = []
+
+    def share(self, realtime: bool) -> None:
+        self.told.append(realtime)
+
+
+def test_the_batch_pipeline_is_told_while_realtime_partitions_share_the_worker() -> None:
+    placement, pipes = _setup()
+    batch = SharingPipe("batch")
+    placement.batch = batch  # type: ignore[assignment]
+    backlog = _start(placement, THRESHOLD + 1)
+    placement.classify([backlog], 10.0)
+    assert batch.told == [False]  # a backlog alone drains unpaced
+    trickle = _start(placement, 5)
+    placement.classify([backlog, trickle], 10.5)
+    assert batch.told == [False]  # once per CLASSIFY_INTERVAL_S
+    placement.classify([backlog, trickle], 11.0)
+    assert batch.told == [False, True]
+    trickle.state.error = "stopped"
+    placement.classify([backlog, trickle], 12.0)
+    assert batch.told == [False, True, False]
+    assert trickle.pipeline is pipes["realtime"] and backlog.pipeline is batch

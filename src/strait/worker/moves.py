@@ -164,11 +164,14 @@ class Moves:
         entry.since = now
 
     def classify(self, entries: list[Entry], now: float) -> None:
-        """Move partitions between the realtime and catch-up pipelines by fetch lag (every
-        CLASSIFY_INTERVAL_S)."""
-        if self.threshold is None or now < self._next_classify:
+        """Move partitions between the realtime and catch-up pipelines by fetch lag, and tell the
+        batch pipeline whether realtime partitions share the worker (every CLASSIFY_INTERVAL_S)."""
+        if now < self._next_classify:
             return
         self._next_classify = now + CLASSIFY_INTERVAL_S
+        self.share(entries)
+        if self.threshold is None:
+            return
         for entry in entries:
             state = entry.state
             lag = state.lag
@@ -193,6 +196,16 @@ class Moves:
                 continue
             log.info("moving %s to the %s pipeline (lag %d)", state.task, target.name, lag)
             self._move(entry, target)
+
+    def share(self, entries: list[Entry]) -> None:
+        """The batch pipeline paces its fetches while the realtime pipeline copies partitions
+        (strait.worker.batch.budget.Sharing): a backlog drained flat out holds the GIL the
+        realtime records wait for."""
+        share = getattr(self.batch, "share", None)
+        if share is None:
+            return
+        realtime = any(e.pipeline is self.realtime and not e.state.failed for e in entries)
+        share(realtime and any(e.pipeline is self.batch for e in entries))
 
     def target(self, entry: Entry, lag: int, now: float = 0.0) -> Pipeline | None:
         """Where a running partition with fetch lag ``lag`` belongs now, if elsewhere."""

@@ -54,8 +54,8 @@ class Fetching(LoopCore):
                 by_leader.setdefault(leader, []).append(part)
         settings = self._settings
         max_bytes = settings.fetch_max_bytes
-        if self._budget is not None and by_leader:
-            max_bytes = min(max_bytes, self._budget.available())
+        if by_leader:
+            max_bytes = self._sharing.max_bytes(max_bytes)
             if max_bytes <= 0:
                 return
         for leader, parts in by_leader.items():
@@ -102,8 +102,7 @@ class Fetching(LoopCore):
         state = part.state
         code = fetched.error_code
         if code == 0:
-            if self._budget is not None:
-                self._budget.spend(len(fetched.records))
+            self._sharing.spend(len(fetched.records))
             if fetched.high_watermark > (state.source_end or 0):
                 state.source_end = fetched.high_watermark
             decision = part.take_fetch(fetched, now)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from strait.worker.batch.budget import FetchBudget
+from strait.worker.batch.budget import Sharing
 from strait.worker.batch.core import RETRY_BACKOFF_S, refusal
 from strait.worker.batch.fetching import Fetching
 from strait.worker.batch.identities import Identities
@@ -105,7 +105,8 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         self._flush_timeout_s = 0.0
         self._watch = LoopWatch(name)  # slow loop turns in the debug log (strait.worker.stalls)
         self._unreachable: str | None = None
-        self._budget = FetchBudget.from_env()  # off unless set (strait.worker.batch.budget)
+        # Fetch caps: a fixed one if asked, paced while realtime partitions share the worker.
+        self._sharing = Sharing(clock=lambda: time.monotonic())  # (strait.worker.batch.budget)
         self._thread = threading.Thread(target=self._run, name=f"strait-copy-{client_id}-{name}", daemon=True)
 
     # -- the Pipeline protocol (any thread) ----------------------------------------------------
@@ -118,6 +119,11 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
             # copies every partition in batch mode.)
             state.mode = "batch"
             self._commands.put(partial(self._add, state, tracker))
+
+    def share(self, realtime: bool) -> None:
+        """The worker's realtime pipeline holds partitions (True) or none: while it does, this
+        pipeline paces its fetches and smaller ones (strait.worker.batch.budget.Sharing). Any thread."""
+        self._sharing.share(realtime)
 
     def _close_unstarted(self) -> None:
         if self._links is not None:
@@ -173,6 +179,7 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
             self._rtts.report_due(lambda: self._leaders.known("destination"))
 
     def _shutdown(self) -> None:
+        self._sharing.close()
         self._run_commands()
         for part in self._parts.values():
             part.stop()
