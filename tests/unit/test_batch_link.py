@@ -49,6 +49,7 @@ class Client:
 def link(known: set[int], **client: Any) -> ClusterLink:
     made = object.__new__(ClusterLink)
     made.client = Client(known, **client)
+    made._lanes = [made.client]
     made.timeout_ms = 30_000
     return made
 
@@ -113,6 +114,7 @@ class LaterClient(Client):
 def later_link(known: set[int], **client: Any) -> ClusterLink:
     made = object.__new__(ClusterLink)
     made.client = LaterClient(known, **client)
+    made._lanes = [made.client]
     made.timeout_ms = 30_000
     return made
 
@@ -135,3 +137,37 @@ def test_leaders_asked_without_waiting_carry_the_error() -> None:
     made.client.futures[1].failure(KafkaConnectionError("socket disconnected"))
     assert isinstance(lost.exception, KafkaConnectionError)
     assert isinstance(later_link(set()).leaders_async("t").exception, WireError)  # no broker known
+
+
+def test_a_partition_always_produces_on_its_own_lane_and_partitions_spread_over_lanes() -> None:
+    # One connection per lane: a broker decrypts and handles one request per connection at a
+    # time, while one partition's batches must arrive in order (its sequences).
+    made = link({1})
+    made._lanes = [Client({1}) for _ in range(4)]
+    made.client = made._lanes[0]
+    keys = [("t", p) for p in range(8)] + [("other", p) for p in range(8)]
+    for _ in range(2):
+        for key in keys:
+            made.produce(1, {key: b"batch"}, timeout_ms=1_000)
+    for key in keys:
+        carried = [
+            lane
+            for lane, c in enumerate(made._lanes)
+            for _, r in c.sent
+            if r.topic_data[0].name == key[0] and r.topic_data[0].partition_data[0].index == key[1]
+        ]
+        assert carried == [made.lane_of(key)] * 2
+    assert len({made.lane_of(key) for key in keys}) == 4
+    assert link({1}).lane_of(("t", 5)) == 0  # one lane: everything on it
+
+
+def test_produce_lanes_over_tls_only_unless_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
+    from strait.worker.batch.link import PRODUCE_LANES, lanes_for
+
+    monkeypatch.delenv("STRAIT_BATCH_PRODUCE_LANES", raising=False)
+    assert lanes_for({"security.protocol": "SASL_SSL"}) == lanes_for({"security.protocol": "ssl"}) == PRODUCE_LANES
+    assert lanes_for({}) == lanes_for({"security.protocol": "SASL_PLAINTEXT"}) == 1
+    monkeypatch.setenv("STRAIT_BATCH_PRODUCE_LANES", "1")
+    assert lanes_for({"security.protocol": "SSL"}) == 1
+    monkeypatch.setenv("STRAIT_BATCH_PRODUCE_LANES", "nonsense")
+    assert lanes_for({"security.protocol": "SSL"}) == PRODUCE_LANES

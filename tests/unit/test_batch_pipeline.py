@@ -127,6 +127,9 @@ class FakeDestination:
     def destination_topic(self, topic: str) -> DestinationTopic:
         return self.config
 
+    def lane_of(self, key: Key) -> int:
+        return 0  # one connection: every partition's batches may share a request
+
     def init_producer_id(self) -> Future:
         self.next_pid += 1
         return Future().success(_Obj(error_code=0, producer_id=self.next_pid, producer_epoch=0))

@@ -23,6 +23,8 @@ Requests:
 from __future__ import annotations
 
 import contextlib
+import os
+import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -41,15 +43,31 @@ TOPIC_RESOURCE = 2
 # partition itself; a connection carries several partitions' requests.
 MAX_IN_FLIGHT_PER_CONNECTION = 64
 
+# Connections to each destination broker. A broker reads, handles and answers one request per
+# connection at a time, and over TLS the reading includes decrypting the whole request on one
+# network thread: with one connection, decrypting the next produce request waits for the append
+# and the answer of the previous one. Each partition always uses the same connection (see
+# ClusterLink.lane_of), so its batches and their sequences still arrive in order. Plaintext
+# destinations keep one connection: there the broker only copies the bytes, and each extra lane
+# splits the requests further (more requests, more of the loop's CPU per batch).
+# STRAIT_BATCH_PRODUCE_LANES overrides it for every destination (1: one connection, as before).
+PRODUCE_LANES = 4
+
 # Blocking requests try this many brokers, each not yet connected given this long to connect.
 CALL_TRIES = 3
 CONNECT_WAIT_MS = 5_000
 
 
 class ClusterLink:
-    """A kafka-python network client to one cluster, on a (shared) network selector."""
+    """A kafka-python network client to one cluster, on a (shared) network selector.
 
-    def __init__(self, props: Mapping[str, Any], *, net: Any, client_id: str, request_timeout_ms: int) -> None:
+    ``lanes``: connections to each broker, each its own kafka-python client; produce requests
+    take the lane of their partitions (:meth:`lane_of`), everything else the first lane.
+    """
+
+    def __init__(
+        self, props: Mapping[str, Any], *, net: Any, client_id: str, request_timeout_ms: int, lanes: int = 1
+    ) -> None:
         from kafka.net.compat import KafkaNetClient
 
         options = kafka_python_options(dict(props))
@@ -62,11 +80,26 @@ class ClusterLink:
             "max_in_flight_requests_per_connection": MAX_IN_FLIGHT_PER_CONNECTION,
             **options,
         }
-        self.client: Any = KafkaNetClient(net=net, manager=manager_class()(net, **configs), **configs)
-        self.client._manager.bootstrap(timeout_ms=request_timeout_ms)
+        self._lanes: list[Any] = []
+        try:
+            for _ in range(max(1, lanes)):
+                client = KafkaNetClient(net=net, manager=manager_class()(net, **configs), **configs)
+                self._lanes.append(client)
+                client._manager.bootstrap(timeout_ms=request_timeout_ms)
+        except Exception:
+            self.close()
+            raise
+        self.client: Any = self._lanes[0]
 
     def close(self) -> None:
-        self.client._manager.close()
+        for client in self._lanes:
+            client._manager.close()
+
+    def lane_of(self, key: Key) -> int:
+        """The lane (connection to its leader) that carries ``key``'s produce requests, always the
+        same for a partition."""
+        lanes = len(self._lanes)
+        return 0 if lanes == 1 else (zlib.crc32(key[0].encode()) + key[1]) % lanes
 
     def _any_node(self) -> int:
         node = self.client.least_loaded_node(bootstrap_fallback=True)
@@ -100,7 +133,7 @@ class ClusterLink:
         order += known
         return list(dict.fromkeys(order))  # first occurrence of each, in that order
 
-    def send(self, node_id: int, request: Any) -> Any:
+    def send(self, node_id: int, request: Any, *, lane: int = 0) -> Any:
         """Send without waiting: the answer's future, a failed one if the request cannot go out.
 
         Never raises: kafka-python raises ``UnknownBrokerIdError`` for a node its own metadata
@@ -109,9 +142,10 @@ class ClusterLink:
         """
         from kafka.future import Future
 
+        client = self._lanes[lane]
         try:
-            self.client.maybe_connect(node_id)
-            return self.client.send(node_id, request)
+            client.maybe_connect(node_id)
+            return client.send(node_id, request)
         except Exception as exc:
             return Future().failure(exc)
 
@@ -230,7 +264,8 @@ class ClusterLink:
         return self.send(node_id, request)
 
     def produce(self, node_id: int, batches: Mapping[Key, bytes | bytearray], *, timeout_ms: int) -> Any:
-        """One Produce request (acks=all), one batch per partition, the bytes sent as they are."""
+        """One Produce request (acks=all), one batch per partition, the bytes sent as they are,
+        on the lane of its first partition (the caller groups partitions by :meth:`lane_of`)."""
         from kafka.protocol.producer import ProduceRequest
 
         topics: dict[str, list[Any]] = {}
@@ -247,7 +282,7 @@ class ClusterLink:
             min_version=3,
             max_version=PRODUCE_MAX_VERSION,
         )
-        return self.send(node_id, request)
+        return self.send(node_id, request, lane=self.lane_of(next(iter(batches))))
 
 
 def _metadata_request(topic: str) -> Any:
@@ -256,6 +291,16 @@ def _metadata_request(topic: str) -> Any:
     return MetadataRequest(
         topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False, max_version=12
     )
+
+
+def lanes_for(destination: Mapping[str, Any]) -> int:
+    """Connections to each broker of ``destination`` for produce requests: :data:`PRODUCE_LANES`
+    over TLS (``SSL``, ``SASL_SSL``), one in plaintext, unless STRAIT_BATCH_PRODUCE_LANES says."""
+    override = os.environ.get("STRAIT_BATCH_PRODUCE_LANES", "").strip()
+    if override.isdigit() and int(override) > 0:
+        return int(override)
+    encrypted = str(destination.get("security.protocol", "plaintext")).lower().endswith("ssl")
+    return PRODUCE_LANES if encrypted else 1
 
 
 class Links:
@@ -268,6 +313,7 @@ class Links:
         *,
         client_id: str,
         request_timeout_ms: int = 30_000,
+        produce_lanes: int | None = None,
     ) -> None:
         from kafka.net.selector import NetworkSelector
 
@@ -275,7 +321,11 @@ class Links:
         self.source = ClusterLink(source, net=self._net, client_id=client_id, request_timeout_ms=request_timeout_ms)
         try:
             self.destination = ClusterLink(
-                destination, net=self._net, client_id=client_id, request_timeout_ms=request_timeout_ms
+                destination,
+                net=self._net,
+                client_id=client_id,
+                request_timeout_ms=request_timeout_ms,
+                lanes=produce_lanes if produce_lanes is not None else lanes_for(destination),
             )
         except Exception:
             self.source.close()

@@ -29,7 +29,8 @@ class Producing(LoopCore):
             if part.redo and not part.in_flight and part.active and now >= part.wait_until:
                 anything |= self._resend(links, part, now)
         while True:
-            requests: dict[int, list[tuple[BatchPartition, Sent]]] = {}
+            # By leader and lane (connection to it): a request goes out on one connection.
+            requests: dict[tuple[int, int], list[tuple[BatchPartition, Sent]]] = {}
             for part in self._parts.values():
                 if not part.queue or not part.can_send(now):
                     continue
@@ -41,11 +42,11 @@ class Producing(LoopCore):
                     continue
                 if self._observer is not None and fetched_at is not None:
                     self._observer.queued(self.name, now - fetched_at, count=sent.records)
-                requests.setdefault(leader, []).append((part, sent))
+                requests.setdefault((leader, links.destination.lane_of(part.destination)), []).append((part, sent))
             if not requests:
                 return anything
             anything = True
-            for leader, batches in requests.items():
+            for (leader, _), batches in requests.items():
                 future = links.destination.produce(
                     leader, {part.destination: sent.data for part, sent in batches}, timeout_ms=PRODUCE_TIMEOUT_MS
                 )
