@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 
 from strait.bench import report
-from strait.bench.scenarios.security import cluster_pair, parse_modes, sandbox_layout, security_ratios
+from strait.bench.scenarios.security import (
+    LANES_ENV,
+    cluster_pair,
+    parse_lanes,
+    parse_modes,
+    produce_lanes,
+    sandbox_layout,
+    security_ratios,
+)
 from strait.sandbox import SandboxSpec
 from strait.sandbox.errors import SandboxError
 
@@ -91,3 +100,38 @@ def test_each_copy_mode_is_compared_with_plaintext_in_the_same_copy_mode() -> No
     text = report.render_markdown({"security": doc})
     assert "| 1024 B | batch | tls | 50,000 | 150,000 | 0.33 | 2.00 |" in text
     assert "| 1024 B | record | tls | 38,000 | 40,000 | 0.95 | 1.10 |" in text
+
+
+def test_each_produce_lanes_setting_is_compared_with_plaintext_at_the_same_setting() -> None:
+    runs = [
+        {**_run("plaintext", 150_000, 3, copy="batch"), "lanes": 1},
+        {**_run("tls", 50_000, 6, copy="batch"), "lanes": 1},
+        _run("plaintext", 160_000, 3, copy="batch"),
+        _run("tls", 80_000, 5, copy="batch"),
+    ]
+    one, default = security_ratios(runs, ["plaintext", "tls"], [1024], ["batch"], [1, None])
+    assert (one["lanes"], one["records_per_s_ratio"]) == (1, 0.333)
+    assert "lanes" not in default and default["records_per_s_ratio"] == 0.5
+    doc = {
+        "scenario": "security",
+        "params": {"modes": ["plaintext", "tls"]},
+        "runs": [{**r, "records": 10, "mb_per_s": 1.0, "verify": {}} for r in runs],
+        "ratios": [one, default],
+        "load": {},
+        "machine": {"cores": 2},
+    }
+    text = report.render_markdown({"security": doc})
+    assert "| 1024 B | batch, 1 produce lanes | tls | 50,000 | 150,000 | 0.33 | 2.00 |" in text
+    assert "| 1024 B | batch | tls | 80,000 | 160,000 | 0.50 | 1.67 |" in text
+
+
+def test_produce_lanes_reach_the_workers_environment_and_are_undone(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse_lanes("default,1, 4,1") == [None, 1, 4] and parse_lanes("") == [None]
+    with pytest.raises(ValueError):
+        parse_lanes("0")
+    monkeypatch.setenv(LANES_ENV, "3")
+    with produce_lanes(1):
+        assert os.environ[LANES_ENV] == "1"
+    with produce_lanes(None):
+        assert LANES_ENV not in os.environ  # Strait's own choice
+    assert os.environ[LANES_ENV] == "3"

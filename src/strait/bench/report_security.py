@@ -28,8 +28,10 @@ def _load(run: dict[str, Any]) -> str:
 
 
 def _copy(row: dict[str, Any]) -> str:
-    """The copy mode a run or ratio row asked for; "default" when it left the route's own."""
-    return str(row.get("copy") or "default")
+    """The copy mode a run or ratio row asked for; "default" when it left the route's own; with
+    the batch mode's produce lanes when the run set them (``--produce-lanes``)."""
+    copy = str(row.get("copy") or "default")
+    return f"{copy}, {row['lanes']} produce lanes" if row.get("lanes") else copy
 
 
 def render(doc: dict[str, Any]) -> list[str]:

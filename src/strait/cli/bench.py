@@ -110,6 +110,12 @@ def security(
     copy: str = typer.Option(
         "default", "--copy", help="Strait's route copy modes: default (the route's), record, batch (comma-separated)."
     ),
+    produce_lanes: str = typer.Option(
+        "default",
+        "--produce-lanes",
+        help="Batch mode's connections per destination broker: default (Strait's: 1 in plaintext, more over TLS) "
+        "and/or counts, comma-separated; each is compared with plaintext at the same setting.",
+    ),
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,
     results_dir: Path = _RESULTS,
@@ -126,6 +132,10 @@ def security(
     except (SandboxError, ValueError) as exc:
         raise typer.BadParameter(str(exc), param_hint="--modes") from None
     copies = _default_or_copies(copy)
+    try:
+        lanes = scenario.parse_lanes(produce_lanes)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--produce-lanes") from None
     _session(
         "strait",
         results_dir,
@@ -142,6 +152,7 @@ def security(
                 partitions=partitions,
                 repeats=repeats,
                 copies=copies,
+                lanes=lanes,
             )
         ],
         clusters=scenario.sandbox_layout(chosen),

@@ -13,8 +13,10 @@ which principal passes the ACL check does not change the cost of the encrypted c
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from strait.bench.machine import LoadWatch
@@ -24,6 +26,36 @@ from strait.bench.scenarios.throughput import _throughput_run
 from strait.sandbox.security import SecurityMode
 
 BASELINE = SecurityMode.PLAINTEXT.value
+LANES_ENV = "STRAIT_BATCH_PRODUCE_LANES"  # read by strait.worker.batch.link.lanes_for
+
+
+@contextlib.contextmanager
+def produce_lanes(lanes: int | None) -> Iterator[None]:
+    """Workers started inside produce over ``lanes`` connections per destination broker in batch
+    mode (``None``: Strait's own choice, 1 in plaintext and more over TLS)."""
+    before = os.environ.pop(LANES_ENV, None)
+    if lanes is not None:
+        os.environ[LANES_ENV] = str(lanes)
+    try:
+        yield
+    finally:
+        os.environ.pop(LANES_ENV, None)
+        if before is not None:
+            os.environ[LANES_ENV] = before
+
+
+def parse_lanes(text: str) -> list[int | None]:
+    """``default,1``: Strait's own choice and explicit lane counts (positive), no repeats."""
+    out: list[int | None] = []
+    for word in (w.strip() for w in text.split(",")):
+        if not word:
+            continue
+        lanes = None if word == "default" else int(word)
+        if lanes is not None and lanes < 1:
+            raise ValueError(f"produce lanes must be at least 1, got {lanes}")
+        if lanes not in out:
+            out.append(lanes)
+    return out or [None]
 
 
 def cluster_pair(mode: str) -> tuple[str, str]:
@@ -68,11 +100,14 @@ def security(
     repeats: int = 1,
     timeout_s: float = 600.0,
     copies: Sequence[str | None] = (None,),
+    lanes: Sequence[int | None] = (None,),
 ) -> dict[str, Any]:
     """Copy throughput of one Strait worker in each security mode; ratios against plaintext.
 
     ``copies``: Strait's route copy modes to run (``None``: the route's default, ``record``,
-    ``batch``); each copy mode is compared with plaintext in the same copy mode."""
+    ``batch``); each copy mode is compared with plaintext in the same copy mode. ``lanes``: batch
+    mode's connections per destination broker (``None``: Strait's default), each compared with
+    plaintext at the same setting."""
     if not strait_available():
         raise RuntimeError("Strait's replicator is not in this checkout: nothing to compare")
     runs: list[dict[str, Any]] = []
@@ -80,7 +115,7 @@ def security(
         for repeat in range(repeats):
             for i, size in enumerate(sizes):
                 turn = list(modes) if (repeat + i) % 2 == 0 else list(modes)[::-1]
-                for name, copy in [(name, copy) for copy in copies for name in turn]:
+                for name, copy, lane in [(name, copy, lane) for copy in copies for lane in lanes for name in turn]:
                     src, dst = cluster_pair(name)
                     mode_bench = dataclasses.replace(
                         bench,
@@ -91,9 +126,10 @@ def security(
                     )
                     bench.log(
                         f"security: {name} copy of {records:,} records of {size} B, {partitions} partitions, "
-                        f"one worker{f', copy {copy}' if copy else ''} (repeat {repeat + 1}/{repeats})"
+                        f"one worker{f', copy {copy}' if copy else ''}{f', {lane} produce lanes' if lane else ''}"
+                        f" (repeat {repeat + 1}/{repeats})"
                     )
-                    with LoadWatch() as load:
+                    with LoadWatch() as load, produce_lanes(lane):
                         run = _throughput_run(
                             mode_bench, "strait", 1, size, compression, records, partitions, timeout_s, copy=copy
                         )
@@ -102,6 +138,7 @@ def security(
                         repeat=repeat,
                         user="admin" if mode_bench.super_user else "strait",
                         load=load.summary(),
+                        **({"lanes": lane} if lane is not None else {}),
                     )
                     run.pop("timeline", None)
                     runs.append(run)
@@ -117,10 +154,11 @@ def security(
             "workers": 1,
             "repeats": repeats,
             "copies": [c or "default" for c in copies],
+            "lanes": [lane or "default" for lane in lanes],
         },
         "load": overall.summary(),
         "runs": runs,
-        "ratios": security_ratios(runs, modes, sizes, copies),
+        "ratios": security_ratios(runs, modes, sizes, copies, lanes),
     }
 
 
@@ -129,13 +167,17 @@ def security_ratios(
     modes: Sequence[str],
     sizes: Sequence[int],
     copies: Sequence[str | None] = (None,),
+    lanes: Sequence[int | None] = (None,),
 ) -> list[dict[str, Any]]:
-    """Per record size, copy mode and secured mode: mean records/s and CPU s/GB, and their ratio
-    to plaintext's in the same copy mode (a run without a copy mode used the route's default)."""
+    """Per record size, copy mode, produce lanes and secured mode: mean records/s and CPU s/GB,
+    and their ratio to plaintext's in the same copy mode and lanes (a run without a copy mode
+    used the route's default; without lanes, Strait's default)."""
     rows = []
-    for size, copy in [(size, copy) for size in sizes for copy in copies]:
+    for size, copy, lane in [(size, copy, lane) for size in sizes for copy in copies for lane in lanes]:
 
-        def avg(name: str, metric: str, size: int = size, copy: str | None = copy) -> float | None:
+        def avg(
+            name: str, metric: str, size: int = size, copy: str | None = copy, lane: int | None = lane
+        ) -> float | None:
             return mean(
                 [
                     r.get(metric)
@@ -143,6 +185,7 @@ def security_ratios(
                     if r.get("security") == name
                     and r.get("size") == size
                     and r.get("copy") == copy
+                    and r.get("lanes") == lane
                     and not r.get("error")
                 ]
             )
@@ -154,6 +197,7 @@ def security_ratios(
                 {
                     "size": size,
                     **({"copy": copy} if copy else {}),
+                    **({"lanes": lane} if lane is not None else {}),
                     "security": name,
                     "records_per_s": avg(name, "records_per_s"),
                     "plaintext_records_per_s": avg(BASELINE, "records_per_s"),
