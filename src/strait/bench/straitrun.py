@@ -96,9 +96,11 @@ class StraitReplicator:
         dst = dict(dst_props)
         if compression != "none":
             dst["compression.type"] = compression  # cluster properties reach the worker's producer
+        # Where the workers publish their stats reports (strait.bench.worker_stages reads them).
+        self.zookeeper, self.root = zookeeper, f"/strait-bench-{self._run_id}"
         self._config = render_config(
             zookeeper=zookeeper,
-            root=f"/strait-bench-{self._run_id}",
+            root=self.root,
             src_props=src_props,
             dst_props=dst,
             listen=f"127.0.0.1:{self._port}",

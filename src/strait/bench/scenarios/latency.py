@@ -21,6 +21,7 @@ from strait.bench.scenarios.harness import (
     verdict,
 )
 from strait.bench.stats import latency_summary
+from strait.bench.worker_stages import WorkerStages, summarize
 
 _CDF_POINTS = (0, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 100)
 
@@ -70,6 +71,8 @@ def latency(
                         f"p99.9 {lat.get('p999_ms', float('nan')):.1f} ms, {missing_words(run.get('verify', {}))}"
                         + (f" FAILED: {run['error']}" if run.get("error") else "")
                     )
+                    if run.get("worker_stages"):
+                        bench.log(f"     worker: {stages_words(run['worker_stages'])}")
     ratios = latency_ratios(runs, rates)
     return {
         "scenario": "latency",
@@ -140,9 +143,16 @@ def _latency_run(
             )
             meter = ProcessMeter()
             cpu0 = meter.sample(replicator.pids())
-            session.produce("steady", {topic: partitions}, rate=rate, duration_s=warmup_s + duration_s, size=size)
-            session.producers[0].wait(3600)
-            cpu1 = meter.sample(replicator.pids())
+            # Strait's own view of where the time goes (its workers' stats reports, per stage).
+            zookeeper, root = getattr(replicator, "zookeeper", None), getattr(replicator, "root", None)
+            names = getattr(replicator, "worker_names", [])
+            stages = WorkerStages(zookeeper, root, names).start() if zookeeper and root else None
+            try:
+                session.produce("steady", {topic: partitions}, rate=rate, duration_s=warmup_s + duration_s, size=size)
+                session.producers[0].wait(3600)
+                cpu1 = meter.sample(replicator.pids())
+            finally:
+                stage_windows = stages.stop() if stages is not None else []
             arrivals, windows = session.finish(drain_s=60)
             started_us, ended_us = windows[0]
             latencies = arrivals.latencies_us(sent_after_us=started_us + int(warmup_s * SEC), min_seq=1)
@@ -161,8 +171,26 @@ def _latency_run(
             result["cpu_percent"] = round(100 * (cpu1 - cpu0) / ((ended_us - started_us) / SEC), 1)
             result["peak_rss_mb"] = round(meter.peak_rss_total_mb(), 1)
             result["verify"] = verdict(bench, replicator, arrivals, session.expected)
+            if stages is not None:
+                # Windows wholly inside the measured interval (a report covers ~2 s before it).
+                result["worker_stages"] = summarize(
+                    stage_windows, after=started_us / SEC + warmup_s + STATS_WINDOW_S, before=ended_us / SEC
+                )
 
     return run_safely(result, body)
+
+
+# How long a worker's stats report window is (worker.stats_interval_s's default).
+STATS_WINDOW_S = 2.0
+
+
+def stages_words(stages: dict[str, dict[str, Any]]) -> str:
+    """``e2e p50/p99 ms, produce_ack ...``: a run's worker-side figures in one line."""
+    return ", ".join(
+        f"{name} {f['p50_ms']}/{f['p99_ms']} ms (p99 max {f['p99_max_ms']})"
+        for name, f in stages.items()
+        if name != "checkpoint_commit"
+    )
 
 
 def latency_ratios(runs: Sequence[dict[str, Any]], rates: Sequence[float]) -> list[dict[str, Any]]:
