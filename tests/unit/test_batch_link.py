@@ -161,13 +161,13 @@ def test_a_partition_always_produces_on_its_own_lane_and_partitions_spread_over_
     assert link({1}).lane_of(("t", 5)) == 0  # one lane: everything on it
 
 
-def test_produce_lanes_over_tls_only_unless_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
-    from strait.worker.batch.link import PRODUCE_LANES, lanes_for
+def test_one_produce_lane_unless_the_environment_names_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    from strait.worker.batch.link import LANES_ENV, produce_lanes
 
-    monkeypatch.delenv("STRAIT_BATCH_PRODUCE_LANES", raising=False)
-    assert lanes_for({"security.protocol": "SASL_SSL"}) == lanes_for({"security.protocol": "ssl"}) == PRODUCE_LANES
-    assert lanes_for({}) == lanes_for({"security.protocol": "SASL_PLAINTEXT"}) == 1
-    monkeypatch.setenv("STRAIT_BATCH_PRODUCE_LANES", "1")
-    assert lanes_for({"security.protocol": "SSL"}) == 1
-    monkeypatch.setenv("STRAIT_BATCH_PRODUCE_LANES", "nonsense")
-    assert lanes_for({"security.protocol": "SSL"}) == PRODUCE_LANES
+    monkeypatch.delenv(LANES_ENV, raising=False)
+    assert produce_lanes() == 1
+    monkeypatch.setenv(LANES_ENV, "4")
+    assert produce_lanes() == 4
+    for nonsense in ("0", "-2", "four", ""):
+        monkeypatch.setenv(LANES_ENV, nonsense)
+        assert produce_lanes() == 1

@@ -113,8 +113,8 @@ def security(
     produce_lanes: str = typer.Option(
         "default",
         "--produce-lanes",
-        help="Batch mode's connections per destination broker: default (Strait's: 1 in plaintext, more over TLS) "
-        "and/or counts, comma-separated; each is compared with plaintext at the same setting.",
+        help="Batch mode's connections per destination broker: default (Strait's: one) and/or counts, "
+        "comma-separated; each is compared with plaintext at the same setting.",
     ),
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,

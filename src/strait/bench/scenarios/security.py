@@ -26,13 +26,13 @@ from strait.bench.scenarios.throughput import _throughput_run
 from strait.sandbox.security import SecurityMode
 
 BASELINE = SecurityMode.PLAINTEXT.value
-LANES_ENV = "STRAIT_BATCH_PRODUCE_LANES"  # read by strait.worker.batch.link.lanes_for
+LANES_ENV = "STRAIT_BATCH_PRODUCE_LANES"  # read by strait.worker.batch.link.produce_lanes
 
 
 @contextlib.contextmanager
 def produce_lanes(lanes: int | None) -> Iterator[None]:
     """Workers started inside produce over ``lanes`` connections per destination broker in batch
-    mode (``None``: Strait's own choice, 1 in plaintext and more over TLS)."""
+    mode (``None``: Strait's own choice, one)."""
     before = os.environ.pop(LANES_ENV, None)
     if lanes is not None:
         os.environ[LANES_ENV] = str(lanes)

@@ -43,15 +43,16 @@ TOPIC_RESOURCE = 2
 # partition itself; a connection carries several partitions' requests.
 MAX_IN_FLIGHT_PER_CONNECTION = 64
 
-# Connections to each destination broker. A broker reads, handles and answers one request per
-# connection at a time, and over TLS the reading includes decrypting the whole request on one
-# network thread: with one connection, decrypting the next produce request waits for the append
-# and the answer of the previous one. Each partition always uses the same connection (see
-# ClusterLink.lane_of), so its batches and their sequences still arrive in order. Plaintext
-# destinations keep one connection: there the broker only copies the bytes, and each extra lane
-# splits the requests further (more requests, more of the loop's CPU per batch).
-# STRAIT_BATCH_PRODUCE_LANES overrides it for every destination (1: one connection, as before).
-PRODUCE_LANES = 4
+# Connections to each destination broker ("lanes"). A broker reads, handles and answers one
+# request per connection at a time, and over TLS the reading includes decrypting the whole
+# request on one network thread, so more lanes let a broker decrypt one request while it appends
+# another. Each partition always uses the same lane (ClusterLink.lane_of), so its batches and
+# their sequences still arrive in order. One lane unless STRAIT_BATCH_PRODUCE_LANES says more: on
+# the 2-core benchmark machine a quiet TLS copy already kept about 85 % of both cores busy (the
+# brokers encrypting and decrypting), leaving extra lanes little idle CPU, and each lane splits
+# the requests further (more of the loop's CPU per batch). `strait bench security
+# --produce-lanes default,4` measures both in one run.
+LANES_ENV = "STRAIT_BATCH_PRODUCE_LANES"
 
 # Blocking requests try this many brokers, each not yet connected given this long to connect.
 CALL_TRIES = 3
@@ -293,18 +294,17 @@ def _metadata_request(topic: str) -> Any:
     )
 
 
-def lanes_for(destination: Mapping[str, Any]) -> int:
-    """Connections to each broker of ``destination`` for produce requests: :data:`PRODUCE_LANES`
-    over TLS (``SSL``, ``SASL_SSL``), one in plaintext, unless STRAIT_BATCH_PRODUCE_LANES says."""
-    override = os.environ.get("STRAIT_BATCH_PRODUCE_LANES", "").strip()
-    if override.isdigit() and int(override) > 0:
-        return int(override)
-    encrypted = str(destination.get("security.protocol", "plaintext")).lower().endswith("ssl")
-    return PRODUCE_LANES if encrypted else 1
+def produce_lanes() -> int:
+    """Connections to each destination broker for produce requests: one, unless
+    STRAIT_BATCH_PRODUCE_LANES names a positive count (see :data:`LANES_ENV`)."""
+    override = os.environ.get(LANES_ENV, "").strip()
+    return int(override) if override.isdigit() and int(override) > 0 else 1
 
 
 class Links:
-    """The source and destination links of one pipeline, sharing one network selector."""
+    """The source and destination links of one pipeline, sharing one network selector;
+    ``lanes``: connections to each destination broker for produce requests (default
+    :func:`produce_lanes`)."""
 
     def __init__(
         self,
@@ -313,7 +313,7 @@ class Links:
         *,
         client_id: str,
         request_timeout_ms: int = 30_000,
-        produce_lanes: int | None = None,
+        lanes: int | None = None,
     ) -> None:
         from kafka.net.selector import NetworkSelector
 
@@ -325,7 +325,7 @@ class Links:
                 net=self._net,
                 client_id=client_id,
                 request_timeout_ms=request_timeout_ms,
-                lanes=produce_lanes if produce_lanes is not None else lanes_for(destination),
+                lanes=lanes if lanes is not None else produce_lanes(),
             )
         except Exception:
             self.source.close()
