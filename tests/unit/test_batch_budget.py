@@ -107,6 +107,8 @@ def test_sharing_paces_and_shortens_gil_switches_only_while_realtime_partitions_
         assert sys.getswitchinterval() == SHARED_SWITCH_INTERVAL_S  # the other still shares
         other.close()
         assert sys.getswitchinterval() == before
+        other.share(True)  # told after its pipeline stopped: nothing changes
+        assert sys.getswitchinterval() == before
         assert sharing.max_bytes(8_000_000) == 8_000_000
     finally:
         sharing.close()

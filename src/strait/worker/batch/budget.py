@@ -116,10 +116,11 @@ class Sharing:
         self._paced: FetchBudget | None = None
         self.shared = False
         self._enabled = os.environ.get(SHARING_ENV, "").strip() != "0"
+        self._closed = False
 
     def share(self, shared: bool) -> None:
         """Realtime partitions run in this worker (True) or not any more (False); any thread."""
-        shared = shared and self._enabled
+        shared = shared and self._enabled and not self._closed
         if shared == self.shared:
             return
         if shared:
@@ -130,8 +131,10 @@ class Sharing:
         self.shared = shared
 
     def close(self) -> None:
-        """The pipeline stopped: the process's switch interval as it was."""
+        """The pipeline stopped: the process's switch interval as it was, for good (a late
+        :meth:`share` from the copier changes nothing)."""
         self.share(False)
+        self._closed = True
 
     def max_bytes(self, asked: int) -> int:
         """The most a fetch may ask for now (0: wait)."""
