@@ -103,7 +103,7 @@ def _copy(entry: Entry, rng: random.Random) -> None:
         for _ in range(rng.randrange(4)):
             if tracker.next_offset < state.source_end:
                 tracker.sent(tracker.next_offset + rng.randrange(3), source_gap=True)
-    for offset in sorted(tracker._outstanding):  # white-box: answer some of what is in flight
+    for offset in tracker.in_flight_offsets():  # answer some of what is in flight
         roll = rng.random()
         if roll < 0.03:
             tracker.failed(offset)  # pins the checkpoint: acknowledged records after it go again

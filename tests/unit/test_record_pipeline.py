@@ -559,3 +559,50 @@ def test_shutdown_closes_the_producer_after_dropping_what_the_flush_left() -> No
     rig.pipeline._shutdown()
     assert calls == ["purge", "close"]
     assert state.error is None and state.checkpoint == 1
+
+
+def test_a_refusal_in_the_middle_of_a_stretch_sends_the_records_before_it_once() -> None:
+    # The fast path hands a whole stretch to produce() through map(); when produce() refuses
+    # record 2 (a destination partition not in the producer's metadata yet), records 0 and 1 are
+    # registered once, and record 2 goes through the per-record path, which refreshes and retries.
+    log = list(range(6))
+    rig = Rig({0: log})
+    state = rig.state()
+    real = rig.producer.produce
+    refused: list[bytes] = []
+
+    def produce(topic: str, value: bytes, *args: Any) -> None:
+        if value == b"v2" and not refused:
+            refused.append(value)
+            raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
+        real(topic, value, *args)
+
+    rig.producer.produce = produce  # type: ignore[method-assign]
+    rig.pipeline.add(state, 0)
+    rig.settle()
+    assert refused == [b"v2"]
+    assert rig.copied() == log
+    assert state.error is None and state.checkpoint == 6
+
+
+def test_records_without_a_timestamp_are_copied_with_the_producers_time() -> None:
+    # A record of an old message format has no timestamp (type NOT_AVAILABLE): its copy gets 0,
+    # which librdkafka replaces with the time of the produce() call.
+    log = list(range(4))
+    rig = Rig({0: log})
+    fetched = rig.consumer.consume
+
+    def consume(num: int, timeout: float) -> list[Message]:
+        return [
+            Message(topic=m.topic(), partition=m.partition(), offset=m.offset(), key=m.key(), value=m.value())
+            for m in fetched(num, timeout)
+        ]
+
+    rig.consumer.consume = consume  # type: ignore[method-assign]
+    state = rig.state()
+    rig.pipeline.add(state, 0)
+    rig.step()
+    assert [(p.offset, p.timestamp) for p in rig.producer.pending] == [(o, 0) for o in log]
+    rig.settle()
+    assert rig.copied() == log
+    assert state.checkpoint == 4

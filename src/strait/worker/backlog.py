@@ -63,8 +63,16 @@ def runs_of(messages: list[Any], stream: dict[Key, int]) -> list[Run]:
         return _runs_with_errors(messages, offsets, stream)
     runs: list[Run] = []
     start = 0
-    for key, group in groupby(zip(map(_topic, messages), map(_partition, messages), strict=True)):
+    topics = list(map(_topic, messages))
+    topic: str = topics[0] if topics else ""
+    if topics.count(topic) == len(topics):
+        # One topic (the usual case): grouped by partition alone, no key tuple per record.
+        keys: Any = groupby(map(_partition, messages))
+    else:
+        keys = groupby(zip(topics, map(_partition, messages), strict=True))
+    for group_key, group in keys:
         end = start + len(list(group))
+        key: Key = (topic, group_key) if isinstance(group_key, int) else group_key
         runs.append(Run(key, stream.get(key), messages[start:end], offsets[start:end]))
         stream[key] = offsets[end - 1] + 1
         start = end

@@ -13,6 +13,7 @@ accepting it would let the checkpoint pass a record that never reached the desti
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Literal
 
 
@@ -55,25 +56,24 @@ class AckTracker:
     until :meth:`rewind` starts over from there.
 
     Built for acknowledgements that come in stretches (the copy loop settles delivery reports
-    once per poll): registering or acknowledging a stretch is a few set operations, and an
-    in-order stretch moves the checkpoint without visiting its offsets one by one.
+    once per poll): registering a stretch extends one list, and acknowledging a stretch that
+    starts at the first pending record (the usual, in-order case) moves the checkpoint without
+    visiting its offsets one by one. Only reports that arrive out of order cost a set entry.
     """
 
-    __slots__ = ("_acked", "_failed", "_head", "_last_sent", "_outstanding", "_position", "_sent")
+    __slots__ = ("_acked", "_failed", "_head", "_last_sent", "_position", "_sent")
 
     def __init__(self, position: int) -> None:
         if position < 0:
             raise ValueError(f"position must be a real offset, got {position}")
         self._position = position
         self._last_sent = position - 1
-        # Offsets sent and not yet passed by the checkpoint are _sent[_head:], increasing; the
-        # passed ones before _head are cut off now and then (one cut per many records).
+        # Offsets sent and not yet passed by the checkpoint (pending) are _sent[_head:],
+        # increasing; the passed ones before _head are cut off now and then (one cut per many
+        # records). A pending offset is in flight unless it is in _acked or _failed.
         self._sent: list[int] = []
         self._head = 0
-        # Offsets sent and neither acknowledged nor failed yet.
-        self._outstanding: set[int] = set()
-        # Acknowledged offsets still waiting for an earlier offset to be acknowledged; always a
-        # subset of the pending offsets in _sent.
+        # Acknowledged offsets still waiting for an earlier offset to be acknowledged.
         self._acked: set[int] = set()
         self._failed: set[int] = set()
 
@@ -90,7 +90,13 @@ class AckTracker:
     @property
     def in_flight(self) -> int:
         """Records sent and neither acknowledged nor failed yet."""
-        return len(self._outstanding)
+        return len(self._sent) - self._head - len(self._acked) - len(self._failed)
+
+    def in_flight_offsets(self) -> list[int]:
+        """The offsets sent and neither acknowledged nor failed yet, in order (one pass over the
+        pending offsets: for tests and diagnostics, not for the copy loop)."""
+        resolved = self._acked | self._failed
+        return [offset for offset in self._sent[self._head :] if offset not in resolved]
 
     @property
     def pending(self) -> int:
@@ -112,7 +118,6 @@ class AckTracker:
         self._check_next(offset, source_gap)
         self._last_sent = offset
         self._sent.append(offset)
-        self._outstanding.add(offset)
 
     def sent_range(self, first: int, count: int, *, source_gap: bool = False) -> None:
         """Register ``count`` consecutive records from ``first`` on: ``count`` calls of :meth:`sent`
@@ -120,10 +125,8 @@ class AckTracker:
         if count < 1:
             return
         self._check_next(first, source_gap)
-        offsets = range(first, first + count)
         self._last_sent = first + count - 1
-        self._sent.extend(offsets)
-        self._outstanding.update(offsets)
+        self._sent.extend(range(first, first + count))
 
     def _check_next(self, offset: int, source_gap: bool) -> None:
         if offset <= self._last_sent:
@@ -139,14 +142,23 @@ class AckTracker:
     def acked_range(self, first: int, count: int) -> bool:
         """Acknowledge the offsets ``first`` to ``first + count - 1`` (those that were sent and are
         still in flight; others are ignored, as in :meth:`acked`); True if the checkpoint moved."""
-        offsets = range(first, first + count)
-        outstanding = self._outstanding
-        if outstanding.issuperset(offsets):
-            outstanding.difference_update(offsets)
-            self._acked.update(offsets)
-        else:
-            for offset in offsets:
-                self._resolve(offset, self._acked)
+        if count < 1:
+            return False
+        sent, head = self._sent, self._head
+        last = head + count - 1
+        if (
+            not self._acked
+            and not self._failed
+            and last < len(sent)
+            and sent[head] == first
+            and sent[last] == first + count - 1
+        ):
+            # The first `count` pending offsets, all in flight (sent offsets increase, so the
+            # ends matching means the whole stretch matches): the checkpoint passes them.
+            self._pass(head + count)
+            return True
+        for offset in range(first, first + count):
+            self._resolve(offset, self._acked)
         return self._advance()
 
     def failed(self, offset: int) -> None:
@@ -181,10 +193,11 @@ class AckTracker:
         return self._position
 
     def _resolve(self, offset: int, into: set[int]) -> None:
-        # Offsets never sent (gaps) or already resolved are ignored, so a duplicate or stray
-        # report can neither move the checkpoint nor skew the in-flight count.
-        if offset in self._outstanding:
-            self._outstanding.discard(offset)
+        # Offsets never sent (gaps), already passed or already resolved are ignored, so a
+        # duplicate or stray report can neither move the checkpoint nor skew the in-flight count.
+        sent = self._sent
+        index = bisect_left(sent, offset, self._head)
+        if index < len(sent) and sent[index] == offset and offset not in self._acked and offset not in self._failed:
             into.add(offset)
 
     def _advance(self) -> bool:
@@ -204,13 +217,17 @@ class AckTracker:
                 done += 1
             if not done:
                 return False
-        head += done
+        self._pass(head + done)
+        return True
+
+    def _pass(self, head: int) -> None:
+        """The checkpoint moves past the pending offsets before ``_sent[head]``."""
+        sent = self._sent
         self._position = sent[head - 1] + 1
         if head >= 4096 and head * 2 >= len(sent):
             del sent[:head]
             head = 0
         self._head = head
-        return True
 
 
 def start_offset(start: Literal["earliest", "latest"], checkpoint: int | None, low: int, high: int) -> int:

@@ -48,6 +48,7 @@ _COMPACT_AFTER = 1024
 _message_offset = Message.offset
 _message_value = Message.value
 _message_key = Message.key
+_NONE = repeat(None)  # dict.get's default, for every report
 
 Report = dict[Any, Any]
 # (state, tracker, source offset, key and value bytes, error, message): the pipeline's handler of
@@ -116,12 +117,11 @@ class DeliveryBook:
         reports = stretch.reports
         while True:
             start = stretch.settled
-            # The reports in so far (a filled dict has one entry), then their messages: None
-            # where the record failed.
-            filled = list(takewhile(len, islice(reports, start, None) if start else reports))
-            if not filled:
+            # The messages of the reports in so far (a filled dict has one entry): None where
+            # the record failed.
+            messages = list(map(dict.get, takewhile(len, islice(reports, start, None) if start else reports), _NONE))
+            if not messages:
                 break
-            messages = list(map(dict.get, filled, repeat(None)))
             try:
                 acked = messages.index(None)
             except ValueError:
@@ -131,9 +131,9 @@ class DeliveryBook:
                     stretch, stretch.first + start, messages[:acked] if acked < len(messages) else messages, now
                 )
             stretch.settled = start + acked
-            if acked == len(filled):
+            if acked == len(messages):
                 break
-            ((error, message),) = filled[acked].items()
+            ((error, message),) = reports[start + acked].items()
             stretch.settled += 1
             self._on_failure(
                 stretch.state, stretch.tracker, stretch.first + start + acked, _size(message), error, message

@@ -17,6 +17,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
+from itertools import repeat
+from operator import attrgetter, itemgetter, length_hint
 from typing import Any
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message
@@ -45,6 +48,26 @@ log = logging.getLogger(__name__)
 GAP_SOURCE = "source"  # the source has no record there: compaction, markers, aborted records
 GAP_RETENTION = "retention"  # the checkpoint fell below the source's log start
 GAP_UNEXPECTED = "unexpected"  # a record the loop dropped: rewound, never committed past
+
+# The unbound C accessors, mapped over a whole stretch.
+_value: Callable[[Any], Any] = Message.value
+_key: Callable[[Any], Any] = Message.key
+_headers: Callable[[Any], Any] = Message.headers
+_timestamp: Callable[[Any], Any] = Message.timestamp
+_kind = itemgetter(0)
+_time = itemgetter(1)
+_setter = attrgetter("__setitem__")
+
+
+def _continuing(offsets: list[Any], first: int, expected: int) -> int:
+    """How many of ``offsets[first:]`` continue exactly at ``expected`` (expected, expected + 1, ...)."""
+    rest = offsets[first:] if first else offsets
+    if rest and rest[-1] == expected + len(rest) - 1 and rest == list(range(expected, expected + len(rest))):
+        return len(rest)
+    for index, offset in enumerate(rest):
+        if offset != expected + index:
+            return index
+    return len(rest)
 
 
 class RecordSending:
@@ -143,28 +166,72 @@ class RecordSending:
         messages, offsets = run.messages, run.offsets
         first = run.next
         expected = tracker.next_offset
+        count = _continuing(offsets, first, expected)
+        if not count:
+            return 0, False
+        batch = messages if not first and count == len(messages) else messages[first : first + count]
+        reports: list[Report] = list(map(dict, repeat((), count)))
+        # All positional (keywords cost a third of the call): topic, value, key, partition,
+        # on_delivery, callback (its alias), timestamp, headers; a unit test holds confluent-kafka
+        # to this order. LogAppendTime of the source becomes the record's CreateTime.
+        stamps = list(map(_timestamp, batch))
+        if self._stamp_offsets or not all(map(_kind, stamps)):
+            sent, full = self._produce_each(state, batch, reports, stamps, expected)
+        else:
+            # The whole stretch in C: map() calls produce() once per record with no Python
+            # bytecode in between; how far it got when produce() raised is told by how many
+            # report dicts it took.
+            handed = iter(reports)
+            full = False
+            try:
+                deque(
+                    map(
+                        self._producer.produce,
+                        repeat(state.task.destination_topic),
+                        map(_value, batch),
+                        map(_key, batch),
+                        repeat(state.task.partition),
+                        map(_setter, handed),
+                        repeat(None),
+                        map(_time, stamps),
+                        map(_headers, batch),
+                    ),
+                    maxlen=0,
+                )
+                sent = count
+            except BufferError:
+                full = True
+                sent = count - length_hint(handed) - 1
+            except KafkaException:
+                # The per-record path produces this record again and handles the refusal.
+                sent = count - length_hint(handed) - 1
+            if sent < count:
+                del reports[sent:]
+        if sent:
+            tracker.sent_range(expected, sent)
+            self._book.add(state, tracker, expected, reports)
+            if self._observer is not None:
+                self._observer.queued(self.name, time.monotonic() - self._fetched_at, sent)
+            self._stretch_sent(state, messages, first, sent)
+        return sent, full
+
+    def _produce_each(
+        self, state: PartitionState, batch: list[Any], reports: list[Report], stamps: list[Any], expected: int
+    ) -> tuple[int, bool]:
+        """The stretch one produce() call at a time: copies stamped with their source offset
+        (exactly-once), or records without a timestamp. Drops the reports of records not sent."""
         produce = self._producer.produce
         topic, partition = state.task.destination_topic, state.task.partition
         stamp = self._stamp_offsets
-        reports: list[Report] = []
-        full = False
+        sent, full = 0, False
         try:
-            for index in range(first, len(messages)):
-                offset = offsets[index]
-                if offset != expected + index - first:
-                    break
-                message = messages[index]
-                kind, timestamp = message.timestamp()
+            for message, report, (kind, timestamp) in zip(batch, reports, stamps, strict=True):
                 headers = message.headers()
                 if stamp:
                     # The copy names its source offset (inline: no Python call per record
                     # when the source record has no headers).
+                    offset = expected + sent
                     headers = [(OFFSET_HEADER, b"%d" % offset)] if headers is None else stamp_offset(headers, offset)
-                report: Report = {}
-                # All positional (keywords cost a third of the call): topic, value, key,
-                # partition, on_delivery, callback (its alias), timestamp, headers; a unit test
-                # holds confluent-kafka to this order. LogAppendTime of the source becomes the
-                # record's CreateTime.
                 produce(
                     topic,
                     message.value(),
@@ -175,18 +242,12 @@ class RecordSending:
                     timestamp if kind != TIMESTAMP_NOT_AVAILABLE else 0,
                     headers,
                 )
-                reports.append(report)
+                sent += 1
         except BufferError:
             full = True
         except KafkaException:
             pass  # the per-record path produces this record again and handles the refusal
-        sent = len(reports)
-        if sent:
-            tracker.sent_range(expected, sent)
-            self._book.add(state, tracker, expected, reports)
-            if self._observer is not None:
-                self._observer.queued(self.name, time.monotonic() - self._fetched_at, sent)
-            self._stretch_sent(state, messages, first, sent)
+        del reports[sent:]
         return sent, full
 
     def _copy_one(self, message: Message, before: int | None) -> bool:
