@@ -170,7 +170,7 @@ class RecordSending:
         if not count:
             return 0, False
         batch = messages if not first and count == len(messages) else messages[first : first + count]
-        reports: list[Report] = list(map(dict, repeat((), count)))
+        reports: list[Report] = [{} for _ in range(count)]
         # All positional (keywords cost a third of the call): topic, value, key, partition,
         # on_delivery, callback (its alias), timestamp, headers; a unit test holds confluent-kafka
         # to this order. LogAppendTime of the source becomes the record's CreateTime.
