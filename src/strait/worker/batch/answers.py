@@ -8,7 +8,6 @@ from collections import OrderedDict
 from typing import Any
 
 from strait.worker.batch.outcomes import error_name
-from strait.worker.batch.select import AbortedTransaction
 from strait.worker.batch.wire import FetchedPartition, Produced, WireError
 
 Key = tuple[str, int]
@@ -29,15 +28,7 @@ def fetched_partitions(response: Any) -> dict[Key, FetchedPartition]:
     out: dict[Key, FetchedPartition] = {}
     for t in response.responses:
         for p in t.partitions:
-            aborted = [AbortedTransaction(a.producer_id, a.first_offset) for a in p.aborted_transactions or []]
-            out[(t.topic, p.partition_index)] = FetchedPartition(
-                error_code=p.error_code,
-                high_watermark=p.high_watermark,
-                last_stable_offset=p.last_stable_offset,
-                log_start_offset=p.log_start_offset,
-                aborted=aborted,
-                records=bytes(p.records or b""),
-            )
+            out[(t.topic, p.partition_index)] = FetchedPartition.from_answer(p)
     return out
 
 

@@ -69,6 +69,18 @@ class FetchedPartition:
     aborted: list[AbortedTransaction]
     records: bytes
 
+    @classmethod
+    def from_answer(cls, p: Any) -> FetchedPartition:
+        """From one partition of kafka-python's decoded FetchResponse."""
+        return cls(
+            error_code=p.error_code,
+            high_watermark=p.high_watermark,
+            last_stable_offset=p.last_stable_offset,
+            log_start_offset=p.log_start_offset,
+            aborted=[AbortedTransaction(a.producer_id, a.first_offset) for a in p.aborted_transactions or []],
+            records=bytes(p.records or b""),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Produced:
@@ -193,15 +205,7 @@ class BrokerLink:
             for p in t.partitions:
                 if p.partition_index != partition:
                     continue
-                aborted = [AbortedTransaction(a.producer_id, a.first_offset) for a in p.aborted_transactions or []]
-                return FetchedPartition(
-                    error_code=p.error_code,
-                    high_watermark=p.high_watermark,
-                    last_stable_offset=p.last_stable_offset,
-                    log_start_offset=p.log_start_offset,
-                    aborted=aborted,
-                    records=bytes(p.records or b""),
-                )
+                return FetchedPartition.from_answer(p)
         raise WireError(f"fetch of {topic}-{partition}: partition missing from the response")
 
     def init_producer_id(self) -> ProducerIdentity:
