@@ -162,7 +162,7 @@ def test_pattern_topics_and_new_partitions_are_picked_up(
         generator.pause(topic)
         time.sleep(0.5)
         report = verify(dst, topic, generator.produced(topic), source=src)
-        assert report.exact, (report, generator.errors[:5], partition_detail(fleet, topic))
+        assert report.exact, (generator.errors[:5], report, partition_detail(fleet, topic))
 
         # Removed explicitly: a pattern does not bring it back...
         fleet.api().call("DELETE", f"/topics/{topic}")
