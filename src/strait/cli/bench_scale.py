@@ -6,6 +6,7 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -23,7 +24,6 @@ def assignment(
     results_dir: Path = _RESULTS,
 ) -> None:
     """No cluster: time to compute a new assignment after a worker dies and after one joins (goal < 1 s)."""
-    import json
 
     from strait.bench import assignment as scenario
 
@@ -36,11 +36,7 @@ def assignment(
         f"{join['median']:.3f} s, max {join['max']:.3f} s (goal < {result['goal_s']:.0f} s); "
         f"load average {result['load_average_before']} on {result['cpus']} CPUs; violations {result['violations']}"
     )
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / "assignment.json"
-    result["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    typer.echo(f"wrote {path}")
+    _save(result, results_dir / "assignment.json")
     if result["violations"]:
         raise typer.Exit(1)
 
@@ -56,7 +52,6 @@ def zookeeper(
 ) -> None:
     """A real controller publishing 100,000 partitions on a real ZooKeeper: node sizes, time to
     publish, time for a worker to read its part (the split layout; not part of CI)."""
-    import json
 
     from strait.bench import zk_scale
 
@@ -82,11 +77,7 @@ def zookeeper(
         f"{result['worker_read_s']['median']} s, max {result['worker_read_s']['max']} s; load average "
         f"{result['load_average_before']} on {result['cpus']} CPUs"
     )
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / "zookeeper_scale.json"
-    result["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    typer.echo(f"wrote {path}")
+    _save(result, results_dir / "zookeeper_scale.json")
     if not result["under_limit"]:
         raise typer.Exit(1)
 
@@ -101,7 +92,6 @@ def planner(
 ) -> None:
     """No cluster: time (wall and CPU) and peak memory of planning a rebalance of generated
     clusters, up to 1,000 brokers x 12 disks x 1M replicas (goal < 10 s with traffic)."""
-    import json
 
     from strait.bench import balancer_plan
 
@@ -115,11 +105,7 @@ def planner(
         result = balancer_plan.run(s, g, seed)
         typer.echo(balancer_plan.describe(result))
         runs.append(result)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / "planner.json"
-    doc = {"runs": runs, **checked, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    typer.echo(f"wrote {path}")
+    _save({"runs": runs, **checked}, results_dir / "planner.json")
 
 
 def longtail(
@@ -133,15 +119,20 @@ def longtail(
 ) -> None:
     """The balancer's executor on a 4-broker sandbox: one big partition and many small ones moved
     in batch mode, then with the pipelined window; wall times and the ratio."""
-    import json
 
     from strait.bench import balancer_longtail
 
     checked = _quiet(max_load, ignore_load)
     result = balancer_longtail.run(small=small, big_mb=big_mb, throttle=throttle, window=window, log=typer.echo)
     result.update(checked)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / "longtail.json"
+    _save(result, results_dir / "longtail.json")
+
+
+def _save(result: dict[str, Any], path: Path) -> None:
+    """Write a no-pair bench's result, stamped with when it finished, and say where."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
     result["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     path.write_text(json.dumps(result, indent=1) + "\n")
     typer.echo(f"wrote {path}")
