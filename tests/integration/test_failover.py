@@ -120,6 +120,17 @@ def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
+def _wait_mapped(props: dict[str, Any], route: str, topic: str, committed: dict[int, int]) -> None:
+    """Until the route's offset map covers every committed offset: the map is published after
+    the checkpoint it follows, so a plan made right after the copy could see it short."""
+
+    def covered() -> bool:
+        upto = _mapped_up_to(props, route, topic, max(committed) + 1)
+        return all((upto[p] or 0) >= offset for p, offset in committed.items())
+
+    _wait(covered, 60, f"the offset map to cover {committed}")
+
+
 def _copy_all(copier: Copier, tasks: list[PartitionTask], ends: list[int]) -> None:
     copier.assign(tasks)
     stats = copier.stats
@@ -176,7 +187,7 @@ def test_a_group_fails_over_to_exactly_the_record_after_its_last_commit(
     _copy_all(make_copier(route, "w1"), tasks, [2000] * 3)
     committed = _consume_and_commit(src, group, topic, {0: 1234, 1: 1, 2: 1999})
     config = _config(sandbox, route)
-    _wait(lambda: len(read_map(dst, route)) == 3, 30, "the offset map of every partition")
+    _wait_mapped(dst, route, topic, committed)
     planned = failover.plan(config, route, group)
     assert {p.partition: p.source_committed for p in planned} == committed
     assert all(p.exact and p.not_replicated == 0 for p in planned)
@@ -206,6 +217,7 @@ def test_duplicates_in_the_copy_and_source_gaps_do_not_shift_the_translation(
     # Committed inside the duplicated stretch (p0), and right after a transaction marker (p1).
     committed = _consume_and_commit(src, group, topic, {0: 450, 1: 200})
     config = _config(sandbox, route)
+    _wait_mapped(dst, route, topic, committed)
     planned = {p.partition: p for p in failover.plan(config, route, group)}
     assert all(p.exact for p in planned.values())
     failover.apply(config, route, group, list(planned.values()))
@@ -215,8 +227,12 @@ def test_duplicates_in_the_copy_and_source_gaps_do_not_shift_the_translation(
     expected = {}
     for p, offset in committed.items():
         reader.assign([TopicPartition(topic, p, offset)])
-        message = reader.consume(1, 10)[0]
-        expected[p] = (message.value() or b"").decode()
+        messages: list[Any] = []
+        deadline = time.monotonic() + 60
+        while not messages:
+            assert time.monotonic() < deadline, f"the source gave no record at {p}:{offset}"
+            messages = reader.consume(1, 1)
+        expected[p] = (messages[0].value() or b"").decode()
     reader.close()
     assert got == expected, planned
 
