@@ -369,6 +369,37 @@ class ControllerConfig(_Model):
         return int(self.listen.rpartition(":")[2])
 
 
+class BatchSharingConfig(_Model):
+    """How a `copy: batch` route's batch pipeline shares a worker with the route's realtime
+    partitions (strait.worker.batch.budget): while both run, it fetches at most 1 MiB per answer,
+    the worker's GIL switch interval is 1 ms, and its fetch rate is paced.
+
+    ``pace: latency`` (the default) sets the rate from the realtime partitions' own end-to-end
+    p99 on this worker (strait.worker.batch.pace): it grows while the p99 stays within the
+    budget and is halved when it goes over, between ``floor_mb_s`` and ``ceiling_mb_s``. The
+    budget is ``latency_budget_ms``, or, unset, ``budget_ratio`` times the p99 the worker saw
+    while no backlog drained. ``pace: fixed`` fetches at ``fixed_mb_s``. The environment
+    overrides (the benchmarks use them): ``STRAIT_BATCH_SHARING=0`` (enabled: false),
+    ``STRAIT_BATCH_PACE``, ``STRAIT_BATCH_SHARED_MB_S`` (pace: fixed at that rate; 0: unpaced),
+    ``STRAIT_BATCH_LATENCY_BUDGET_MS``.
+    """
+
+    enabled: bool = True
+    pace: Literal["latency", "fixed"] = "latency"
+    fixed_mb_s: float = Field(default=32.0, gt=0)
+    start_mb_s: float = Field(default=8.0, gt=0)
+    floor_mb_s: float = Field(default=2.0, gt=0)
+    ceiling_mb_s: float = Field(default=64.0, gt=0)
+    latency_budget_ms: float | None = Field(default=None, gt=0)
+    budget_ratio: float = Field(default=2.0, gt=1)
+
+    @model_validator(mode="after")
+    def _floor_below_ceiling(self) -> BatchSharingConfig:
+        if self.floor_mb_s > self.ceiling_mb_s:
+            raise ValueError("floor_mb_s must not exceed ceiling_mb_s")
+        return self
+
+
 class WorkerConfig(_Model):
     """Options shared by every worker; the worker id comes from the command line."""
 
@@ -378,6 +409,7 @@ class WorkerConfig(_Model):
     stats_interval_s: float = Field(default=2.0, gt=0)
     drain_timeout_s: float = Field(default=30.0, gt=0)
     revoke_timeout_s: float = Field(default=30.0, gt=0)
+    batch_sharing: BatchSharingConfig = Field(default_factory=BatchSharingConfig)
 
     @field_validator("pool")
     @classmethod

@@ -158,6 +158,16 @@ class RouteObserver:
             merged[topic] = merged[topic].plus(snap) if topic in merged else snap
         return merged
 
+    def end_to_end_of(self, pipeline: str) -> BucketCounts | None:
+        """One pipeline's end-to-end latency so far, over its topics (None before its first);
+        the batch pipeline's latency pace reads the realtime pipeline's."""
+        merged: BucketCounts | None = None
+        for (name, _topic), buckets in self._e2e.copy().items():
+            if name == pipeline:
+                snap = buckets.snapshot()
+                merged = snap if merged is None else merged.plus(snap)
+        return merged
+
     def offset_gaps(self) -> dict[str, int]:
         return dict(self._gaps)
 

@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
+from functools import partial
 from typing import Any, Literal, Protocol
 
 from strait.config import RouteConfig, StraitConfig
@@ -125,6 +126,11 @@ def copier_factory(
                 cost=None if metrics is None else metrics.route(route.name).offset_map,
             )
         copy, copy_reason = copy_mode(route)
+        if copy == "batch":
+            from strait.worker.batch.pipeline import BatchPipeline
+
+            # The batch pipeline's pace next to realtime partitions (strait.worker.batch.budget).
+            extra["batch_factory"] = partial(BatchPipeline, sharing=config.worker.batch_sharing)
         copier = Copier(
             route=route.name,
             source=source,

@@ -7,14 +7,17 @@ Two caps, both token buckets (:class:`FetchBudget`):
   pipeline): a fixed cap, off unless set (an experiment, not a setting).
 - While the worker's realtime record pipeline holds partitions (:class:`Sharing`, told by the
   copier's moves every second), the batch pipeline shares the process with a copy loop whose
-  records wait for every GIL hand-over: it then fetches at most SHARED_MB_S (``STRAIT_BATCH_SHARED_MB_S``
-  overrides it; 0: no pacing), at most SHARED_FETCH_BYTES per fetch answer, and the process's
-  GIL switch interval is SHARED_SWITCH_INTERVAL_S instead of CPython's 5 ms. A thread that gives
-  the GIL up for each librdkafka call (the record pipeline) waits up to one switch interval to get
-  it back from a busy thread each time: six such hand-overs took 0.03 ms at the median and 14.9 ms
-  at p99 next to a busy Python thread at 5 ms, 0.11 ms at p99 at 1 ms (load 21, /tmp micro-benchmark,
-  see the commit). Without realtime partitions the backlog drains unpaced; ``STRAIT_BATCH_SHARING=0``
-  turns the shared caps off (to measure without them).
+  records wait for every GIL hand-over. It then fetches at most SHARED_FETCH_BYTES per fetch
+  answer, the process's GIL switch interval is SHARED_SWITCH_INTERVAL_S instead of CPython's
+  5 ms, and its fetch rate is paced (the worker's ``worker.batch_sharing``,
+  :class:`strait.config.BatchSharingConfig`): by default from the realtime partitions' own
+  end-to-end p99 (:mod:`strait.worker.batch.pace`, one window per call of :meth:`Sharing.share`),
+  or at a fixed rate. A thread that gives the GIL up for each librdkafka call (the record
+  pipeline) waits up to one switch interval to get it back from a busy thread each time: six
+  such hand-overs took 0.03 ms at the median and 14.9 ms at p99 next to a busy Python thread at
+  5 ms, 0.11 ms at p99 at 1 ms (load 21, /tmp micro-benchmark, see commit 66b66bb). Without
+  realtime partitions the backlog drains unpaced; ``STRAIT_BATCH_SHARING=0`` turns the shared
+  caps off (to measure without them).
 
 A bucket: fetches go out while it holds bytes, each answer's record bytes are taken out of it
 (it may go below zero: the next fetch then waits longer, so the mean rate holds), and it
@@ -23,20 +26,28 @@ refills at the rate, holding at most BURST_S of it.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+
+from strait.config import BatchSharingConfig
+from strait.metrics.histogram import BucketCounts
+from strait.worker.batch.pace import LatencyPace, PaceSettings, Window
+
+log = logging.getLogger(__name__)
 
 ENV = "STRAIT_BATCH_MAX_MB_S"
 SHARED_ENV = "STRAIT_BATCH_SHARED_MB_S"
 SHARING_ENV = "STRAIT_BATCH_SHARING"  # 0: none of the shared caps (to measure without them)
+PACE_ENV = "STRAIT_BATCH_PACE"  # latency or fixed
+BUDGET_ENV = "STRAIT_BATCH_LATENCY_BUDGET_MS"
 BURST_S = 0.1
-# While realtime partitions share the worker: the batch pipeline's fetch rate (an unpaced drain
-# of 100 B records ran at ~55 MB/s on the quiet machine), its largest fetch answer (the stretch
-# the loop spends decoding and splitting one), and the GIL switch interval.
-SHARED_MB_S = 32.0
+# While realtime partitions share the worker: the batch pipeline's largest fetch answer (the
+# stretch the loop spends decoding and splitting one), and the GIL switch interval. (An unpaced
+# drain of 100 B records ran at ~55 MB/s on the quiet machine: the pace's default ceiling is above.)
 SHARED_FETCH_BYTES = 1024 * 1024
 SHARED_SWITCH_INTERVAL_S = 0.001
 
@@ -52,6 +63,14 @@ class FetchBudget:
         self._tokens = self._cap
         self._clock = clock
         self._last = clock()
+
+    def set_rate(self, bytes_per_s: float) -> None:
+        """Refill at ``bytes_per_s`` from now on (another thread may be taking bytes: the rate
+        and the cap are each replaced whole)."""
+        if bytes_per_s <= 0:
+            raise ValueError(f"a fetch budget needs a positive rate, got {bytes_per_s}")
+        self.rate = bytes_per_s
+        self._cap = bytes_per_s * BURST_S
 
     @classmethod
     def from_env(cls, clock: Callable[[], float] = time.monotonic) -> FetchBudget | None:
@@ -71,8 +90,8 @@ class FetchBudget:
         self._tokens -= size
 
 
-def _rate(env: str, default: float | None) -> float | None:
-    value = os.environ.get(env, "").strip()
+def _rate(env: str, default: float | None, environ: Mapping[str, str] | None = None) -> float | None:
+    value = (os.environ if environ is None else environ).get(env, "").strip()
     if not value:
         return default
     try:
@@ -106,29 +125,89 @@ def _short_switches(on: bool) -> None:
 
 class Sharing:
     """The batch pipeline's caps: the fixed one (``STRAIT_BATCH_MAX_MB_S``) always, the shared
-    ones while realtime partitions run in the same worker (:meth:`share`)."""
+    ones while realtime partitions run in the same worker (:meth:`share`).
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    ``config`` is the worker's ``worker.batch_sharing`` (the environment variables above
+    override it, see :func:`with_env`); ``latency`` returns the realtime pipeline's end-to-end
+    histogram on this worker so far (cumulative; None while it has none), which the latency
+    pace (strait.worker.batch.pace) reads once per :meth:`share`.
+    """
+
+    def __init__(
+        self,
+        config: BatchSharingConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        latency: Callable[[], BucketCounts | None] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self._clock = clock
         self.fixed = FetchBudget.from_env(clock)
-        shared_mb_s = _rate(SHARED_ENV, SHARED_MB_S)
-        self._shared_rate = None if shared_mb_s is None else shared_mb_s * 1_000_000
+        self.config = with_env(config or BatchSharingConfig(), os.environ if environ is None else environ)
+        self._enabled = self.config.enabled
+        self._latency = latency
+        self.pace: LatencyPace | None = None
+        self._shared_rate: float | None = None
+        if self.config.pace == "latency" and latency is not None:
+            self.pace = LatencyPace(pace_settings(self.config))
+            self._shared_rate = self.pace.rate
+        elif self.config.fixed_mb_s > 0:  # (a latency pace without a latency to read: fixed)
+            self._shared_rate = self.config.fixed_mb_s * 1_000_000
         self._paced: FetchBudget | None = None
         self.shared = False
-        self._enabled = os.environ.get(SHARING_ENV, "").strip() != "0"
         self._closed = False
+        self._seen: BucketCounts | None = None  # the latency histogram at the last window's end
+        self._fetched = 0  # bytes fetched so far (the pipeline's thread adds, the control thread reads)
+        self._fetched_seen = 0
 
     def share(self, shared: bool) -> None:
-        """Realtime partitions run in this worker (True) or not any more (False); any thread."""
+        """Realtime partitions run in this worker (True) or not any more (False); any thread.
+        Called once a second (the copier's classification): each call ends a pacing window."""
         shared = shared and self._enabled and not self._closed
+        self._end_window(paced=self.shared)
         if shared == self.shared:
             return
         if shared:
-            self._paced = None if self._shared_rate is None else FetchBudget(self._shared_rate, clock=self._clock)
+            rate = self._shared_rate
+            self._paced = None if rate is None else FetchBudget(rate, clock=self._clock)
         else:
             self._paced = None
         _short_switches(shared)
         self.shared = shared
+
+    def _end_window(self, *, paced: bool) -> None:
+        pace, probe = self.pace, self._latency
+        if pace is None or probe is None:
+            return
+        seen = probe()
+        window = seen if self._seen is None or seen is None else seen.minus(self._seen)
+        if seen is not None:
+            self._seen = seen
+        fetched = self._fetched
+        batch_bytes, self._fetched_seen = fetched - self._fetched_seen, fetched
+        before = pace.rate
+        rate = pace.step(
+            Window(
+                p99_s=None if window is None else window.quantile(0.99),
+                samples=0 if window is None else window.count,
+                batch_bytes=batch_bytes,
+            ),
+            paced=paced,
+        )
+        self._shared_rate = rate
+        budget = self._paced
+        if budget is not None and rate != budget.rate:
+            budget.set_rate(rate)
+        if rate != before:
+            log.debug(
+                "batch pace %s: %.1f -> %.1f MB/s (realtime p99 %s, budget %.1f ms, %d batch bytes)",
+                pace.last,
+                before / 1e6,
+                rate / 1e6,
+                "-" if window is None else f"{(window.quantile(0.99) or 0) * 1000:.1f} ms",
+                pace.budget() * 1000,
+                batch_bytes,
+            )
 
     def close(self) -> None:
         """The pipeline stopped: the process's switch interval as it was, for good (a late
@@ -146,6 +225,46 @@ class Sharing:
 
     def spend(self, size: int) -> None:
         """Take a fetch answer's record bytes out of the buckets in force."""
+        self._fetched += size
         for budget in (self.fixed, self._paced if self.shared else None):
             if budget is not None:
                 budget.spend(size)
+
+
+def pace_settings(config: BatchSharingConfig) -> PaceSettings:
+    """The latency pace ``config`` asks for."""
+    mb = 1_000_000
+    return PaceSettings(
+        floor=config.floor_mb_s * mb,
+        ceiling=config.ceiling_mb_s * mb,
+        start=config.start_mb_s * mb,
+        budget_s=None if config.latency_budget_ms is None else config.latency_budget_ms / 1000,
+        budget_ratio=config.budget_ratio,
+    )
+
+
+def with_env(config: BatchSharingConfig, environ: Mapping[str, str]) -> BatchSharingConfig:
+    """``config`` with the older environment variables applied (they win over the file):
+    ``STRAIT_BATCH_SHARING=0`` turns sharing off, ``STRAIT_BATCH_SHARED_MB_S`` a fixed pace at
+    that rate (0: unpaced), ``STRAIT_BATCH_PACE`` latency or fixed, ``STRAIT_BATCH_LATENCY_BUDGET_MS``
+    the budget."""
+    update: dict[str, object] = {}
+    if environ.get(SHARING_ENV, "").strip() == "0":
+        update["enabled"] = False
+    if environ.get(SHARED_ENV, "").strip():
+        rate = _rate(SHARED_ENV, None, environ)
+        update["pace"] = "fixed"
+        update["fixed_mb_s"] = 0.0 if rate is None else rate
+    pace = environ.get(PACE_ENV, "").strip()
+    if pace:
+        if pace not in ("latency", "fixed"):
+            raise ValueError(f"{PACE_ENV} must be latency or fixed, got {pace!r}")
+        update["pace"] = pace
+    budget = environ.get(BUDGET_ENV, "").strip()
+    if budget:
+        try:
+            update["latency_budget_ms"] = float(budget)
+        except ValueError as exc:
+            raise ValueError(f"{BUDGET_ENV} must be a number of milliseconds, got {budget!r}") from exc
+    # (model_copy skips validation: fixed_mb_s 0 means unpaced here, which the file cannot say.)
+    return config.model_copy(update=update) if update else config

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from strait.config import BatchSharingConfig
 from strait.worker.batch.budget import Sharing
 from strait.worker.batch.core import RETRY_BACKOFF_S, refusal
 from strait.worker.batch.fetching import Fetching
@@ -41,6 +42,7 @@ from strait.worker.batch.partition import BatchPartition
 from strait.worker.batch.producing import Producing
 from strait.worker.batch.rtts import RoundTrips
 from strait.worker.checkpoint import AckTracker
+from strait.worker.copier import REALTIME
 from strait.worker.pipeline import PartitionState, PipelineLoop, PipelineSettings
 from strait.worker.stalls import LoopWatch
 from strait.worker.startup import ASSIGNED, mark
@@ -75,6 +77,7 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         settings: PipelineSettings = PipelineSettings(),
         observer: Any = None,
         links: Links | None = None,
+        sharing: BatchSharingConfig | None = None,
         **_record_options: Any,
     ) -> None:
         self.name = name
@@ -105,8 +108,14 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         self._flush_timeout_s = 0.0
         self._watch = LoopWatch(name)  # slow loop turns in the debug log (strait.worker.stalls)
         self._unreachable: str | None = None
-        # Fetch caps: a fixed one if asked, paced while realtime partitions share the worker.
-        self._sharing = Sharing(clock=lambda: time.monotonic())  # (strait.worker.batch.budget)
+        # Fetch caps: a fixed one if asked, paced while realtime partitions share the worker,
+        # by the realtime pipeline's own end-to-end latency (strait.worker.batch.budget).
+        realtime_latency = getattr(observer, "end_to_end_of", None)
+        self._sharing = Sharing(
+            sharing,
+            clock=lambda: time.monotonic(),
+            latency=None if realtime_latency is None else partial(realtime_latency, REALTIME),
+        )
         self._thread = threading.Thread(target=self._run, name=f"strait-copy-{client_id}-{name}", daemon=True)
 
     # -- the Pipeline protocol (any thread) ----------------------------------------------------

@@ -1,0 +1,103 @@
+"""The batch pipeline's fetch rate, guarded by the realtime partitions' own latency (no I/O).
+
+While a worker's realtime record pipeline copies partitions next to a draining backlog, every
+byte the batch pipeline fetches costs the realtime records CPU (the worker's, and on a shared
+machine the brokers'): a fixed pace is either too fast for a loaded machine or too slow for an
+idle one. :class:`LatencyPace` sets the pace from what the realtime records see, once per window
+(the copier's one-second classification):
+
+- a window whose p99 (source timestamp to destination acknowledgement, realtime pipeline only)
+  is over the budget cuts the rate by ``cut``; one within it lets the rate grow by ``grow``
+  (multiplicative both ways: the backlog reaches a fast pace in a few seconds on an idle
+  machine, and backs off as fast when the realtime tail rises);
+- the rate stays within [floor, ceiling]: the floor makes every backlog drain, however busy the
+  machine;
+- a window with fewer than ``min_samples`` realtime records says nothing: the rate holds;
+- the budget is ``budget_s`` when given, else ``budget_ratio`` times the baseline, the realtime
+  p99 learned in quiet windows (the batch pipeline moved less than ``quiet_bytes`` in them),
+  at least ``min_budget_s``; before any quiet window, ``default_budget_s``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The baseline follows quiet windows with this weight for the newest one (a moving average: one
+# slow window does not set the budget).
+BASELINE_WEIGHT = 0.2
+
+
+@dataclass(frozen=True)
+class PaceSettings:
+    """Rates in bytes per second, latencies in seconds."""
+
+    floor: float
+    ceiling: float
+    start: float
+    budget_s: float | None = None
+    budget_ratio: float = 2.0
+    default_budget_s: float = 0.05
+    min_budget_s: float = 0.01
+    grow: float = 1.25
+    cut: float = 0.5
+    min_samples: int = 20
+    quiet_bytes: int = 256 * 1024
+
+    def __post_init__(self) -> None:
+        if not 0 < self.floor <= self.ceiling:
+            raise ValueError(f"a pace needs 0 < floor <= ceiling, got {self.floor} and {self.ceiling}")
+        if not (self.grow > 1 and 0 < self.cut < 1):
+            raise ValueError(f"a pace grows by more than 1 and cuts by less, got {self.grow} and {self.cut}")
+
+
+@dataclass(frozen=True)
+class Window:
+    """What one window showed: the realtime records' p99 (None: none observed), how many there
+    were, and the bytes the batch pipeline fetched meanwhile."""
+
+    p99_s: float | None
+    samples: int
+    batch_bytes: int
+
+
+class LatencyPace:
+    """The fetch rate, one decision per :class:`Window`."""
+
+    def __init__(self, settings: PaceSettings) -> None:
+        self.settings = settings
+        self.rate = min(settings.ceiling, max(settings.floor, settings.start))
+        self.baseline_s: float | None = None
+        self.last: str = "start"  # the last decision, for the log and tests
+
+    def budget(self) -> float:
+        """The realtime p99 the pace keeps under, in seconds."""
+        s = self.settings
+        if s.budget_s is not None:
+            return s.budget_s
+        if self.baseline_s is None:
+            return s.default_budget_s
+        return max(s.min_budget_s, s.budget_ratio * self.baseline_s)
+
+    def step(self, window: Window, *, paced: bool) -> float:
+        """The rate after ``window``; ``paced``: the batch pipeline shared the worker during it
+        (else the window only teaches the baseline)."""
+        s = self.settings
+        if window.p99_s is None or window.samples < s.min_samples:
+            self.last = "hold: too few realtime records"
+            return self.rate
+        if window.batch_bytes < s.quiet_bytes:
+            # The realtime records' latency without a backlog beside them.
+            known = self.baseline_s
+            self.baseline_s = window.p99_s if known is None else known + BASELINE_WEIGHT * (window.p99_s - known)
+            self.last = "quiet: baseline"
+            return self.rate
+        if not paced:
+            self.last = "hold: not sharing"
+            return self.rate
+        if window.p99_s > self.budget():
+            self.rate = max(s.floor, self.rate * s.cut)
+            self.last = "cut"
+        else:
+            self.rate = min(s.ceiling, self.rate * s.grow)
+            self.last = "grow"
+        return self.rate

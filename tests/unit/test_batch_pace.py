@@ -1,0 +1,227 @@
+"""The batch pipeline's latency-guarded pace: its decisions over generated windows, the worker's
+``batch_sharing`` settings, and :class:`Sharing` reading a realtime latency histogram."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from strait.config import BatchSharingConfig, ConfigError, load_config
+from strait.metrics.histogram import BucketCounts, Buckets
+from strait.worker.batch.budget import (
+    BUDGET_ENV,
+    PACE_ENV,
+    SHARED_ENV,
+    SHARING_ENV,
+    Sharing,
+    pace_settings,
+    with_env,
+)
+from strait.worker.batch.pace import LatencyPace, PaceSettings, Window
+
+MB = 1_000_000
+SETTINGS = PaceSettings(floor=2 * MB, ceiling=64 * MB, start=8 * MB)
+
+windows = st.builds(
+    Window,
+    p99_s=st.none() | st.floats(min_value=0, max_value=5, allow_nan=False),
+    samples=st.integers(min_value=0, max_value=2000),
+    batch_bytes=st.integers(min_value=0, max_value=100 * MB),
+)
+pace_settings_strategy = st.builds(
+    lambda floor, span, start, budget, ratio: PaceSettings(
+        floor=floor, ceiling=floor * span, start=start, budget_s=budget, budget_ratio=ratio
+    ),
+    floor=st.floats(min_value=1e5, max_value=1e8),
+    span=st.floats(min_value=1, max_value=1000),
+    start=st.floats(min_value=0, max_value=1e10),
+    budget=st.none() | st.floats(min_value=1e-3, max_value=1),
+    ratio=st.floats(min_value=1.01, max_value=10),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pace_settings_strategy, st.lists(st.tuples(windows, st.booleans()), max_size=60))
+def test_every_decision_keeps_the_invariants(s: PaceSettings, history: list[tuple[Window, bool]]) -> None:
+    pace = LatencyPace(s)
+    assert s.floor <= pace.rate <= s.ceiling
+    for window, paced in history:
+        before, budget = pace.rate, pace.budget()
+        rate = pace.step(window, paced=paced)
+        assert s.floor <= rate <= s.ceiling
+        judged = window.p99_s is not None and window.samples >= s.min_samples
+        if not judged or window.batch_bytes < s.quiet_bytes or not paced:
+            assert rate == before  # nothing to judge, a quiet window, or not sharing: the rate holds
+            continue
+        assert window.p99_s is not None
+        if window.p99_s > budget:
+            assert rate <= before  # never grows while over budget
+            assert rate == max(s.floor, before * s.cut)
+        else:
+            assert rate >= before  # never cut within budget
+            assert rate == min(s.ceiling, before * s.grow)
+        assert pace.budget() >= (s.budget_s if s.budget_s is not None else s.min_budget_s)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=1e-4, max_value=2), min_size=1, max_size=30))
+def test_the_budget_is_the_ratio_of_the_quiet_baseline(quiet_p99s: list[float]) -> None:
+    pace = LatencyPace(SETTINGS)
+    assert pace.budget() == SETTINGS.default_budget_s  # nothing learned yet
+    for p99 in quiet_p99s:
+        pace.step(Window(p99, 100, 0), paced=True)
+        assert pace.rate == SETTINGS.start
+    assert pace.baseline_s is not None
+    assert min(quiet_p99s) - 1e-12 <= pace.baseline_s <= max(quiet_p99s) + 1e-12
+    assert pace.budget() == max(SETTINGS.min_budget_s, SETTINGS.budget_ratio * pace.baseline_s)
+    fixed = LatencyPace(PaceSettings(floor=MB, ceiling=2 * MB, start=MB, budget_s=0.03))
+    for p99 in quiet_p99s:
+        fixed.step(Window(p99, 100, 0), paced=True)
+    assert fixed.budget() == 0.03  # an absolute budget is not learned
+
+
+def machine(knee: float, base_s: float) -> Callable[[float], float]:
+    """A worker whose realtime p99 grows with the batch rate, steeply past ``knee`` bytes/s."""
+    return lambda rate: base_s * (1 + (rate / knee) ** 2)
+
+
+@pytest.mark.parametrize("knee_mb", [1, 8, 20, 200])
+def test_over_time_the_pace_settles_near_the_fastest_rate_within_budget(knee_mb: float) -> None:
+    base_s, budget_s = 0.015, 0.03
+    latency = machine(knee_mb * MB, base_s)
+    within = knee_mb * MB  # latency(rate) <= budget exactly up to the knee
+    pace = LatencyPace(PaceSettings(floor=2 * MB, ceiling=64 * MB, start=8 * MB, budget_s=budget_s))
+    rates = []
+    for _ in range(200):
+        rates.append(pace.step(Window(latency(pace.rate), 500, int(pace.rate)), paced=True))
+    late = rates[100:]
+    if within < 2 * MB:
+        assert set(late) == {2 * MB}  # out of reach: the floor, so the backlog still drains
+    elif within >= 64 * MB:
+        assert set(late) == {64 * MB}  # never over budget: the ceiling
+    else:
+        # It probes just past the knee, halves, and grows back: never below half the knee's rate
+        # (beyond the first cuts), and over budget in only a minority of windows.
+        assert min(late) >= within * SETTINGS.cut / SETTINGS.grow
+        assert max(late) <= within * SETTINGS.grow
+        over = sum(latency(r) > budget_s for r in late)
+        assert over <= len(late) / 2
+
+
+def test_settings_refuse_a_floor_above_the_ceiling() -> None:
+    with pytest.raises(ValueError, match="floor"):
+        PaceSettings(floor=2, ceiling=1, start=1)
+    with pytest.raises(ValueError, match="floor_mb_s"):
+        BatchSharingConfig(floor_mb_s=10, ceiling_mb_s=5)
+
+
+def test_the_worker_file_and_environment_set_the_pace(tmp_path: Path) -> None:
+    path = tmp_path / "strait.yaml"
+    path.write_text(
+        """
+clusters: {src: {bootstrap.servers: "127.0.0.1:9092"}, dst: {bootstrap.servers: "127.0.0.1:9093"}}
+routes: [{name: r, source: src, destination: dst, include: [".*"]}]
+worker: {batch_sharing: {latency_budget_ms: 40, floor_mb_s: 1}}
+"""
+    )
+    config = load_config(path, environ={}).worker.batch_sharing
+    assert (config.pace, config.latency_budget_ms, config.floor_mb_s, config.ceiling_mb_s) == ("latency", 40, 1, 64)
+    s = pace_settings(config)
+    assert (s.budget_s, s.floor, s.ceiling) == (0.04, 1 * MB, 64 * MB)
+    config = load_config(path, environ={"STRAIT_WORKER__BATCH_SHARING__PACE": "fixed"}).worker.batch_sharing
+    assert config.pace == "fixed"
+    with pytest.raises(ConfigError, match="batch_sharing"):
+        load_config(path, environ={"STRAIT_WORKER__BATCH_SHARING__PACE": "fast"})
+    default = BatchSharingConfig()
+    assert with_env(default, {}) is default
+    assert with_env(default, {SHARING_ENV: "0"}).enabled is False
+    assert (with_env(default, {SHARED_ENV: "16"}).pace, with_env(default, {SHARED_ENV: "16"}).fixed_mb_s) == (
+        "fixed",
+        16,
+    )
+    assert with_env(default, {SHARED_ENV: "0"}).fixed_mb_s == 0  # fixed and unpaced
+    assert with_env(default, {PACE_ENV: "fixed", BUDGET_ENV: "25"}).latency_budget_ms == 25
+    with pytest.raises(ValueError, match=PACE_ENV):
+        with_env(default, {PACE_ENV: "fast"})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 10.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Realtime:
+    """The realtime pipeline's end-to-end histogram, as the observer keeps it (cumulative)."""
+
+    def __init__(self) -> None:
+        self.buckets: Buckets | None = None
+
+    def observe(self, seconds: float, count: int) -> None:
+        if self.buckets is None:
+            self.buckets = Buckets()
+        self.buckets.observe(seconds, count)
+
+    def __call__(self) -> BucketCounts | None:
+        return None if self.buckets is None else self.buckets.snapshot()
+
+
+def test_sharing_paces_by_each_windows_realtime_latency() -> None:
+    clock, realtime = Clock(), Realtime()
+    before = sys.getswitchinterval()
+    config = BatchSharingConfig(start_mb_s=8, floor_mb_s=2, ceiling_mb_s=16, latency_budget_ms=30)
+    sharing = Sharing(config, clock=clock, latency=realtime, environ={})
+    try:
+        realtime.observe(0.010, 1000)
+        sharing.share(True)  # the first window (before sharing): quiet, the baseline
+        assert sharing.pace is not None and sharing.pace.baseline_s is not None
+        assert sharing.max_bytes(64 * MB) == 800_000  # 8 MB/s, 0.1 s of it
+        assert sys.getswitchinterval() == 0.001
+
+        def window(latency_s: float, fetched: int) -> int:
+            realtime.observe(latency_s, 1000)
+            sharing.spend(fetched)
+            clock.now += 1.0
+            sharing.share(True)
+            return round(sharing.pace.rate / MB) if sharing.pace else 0
+
+        assert window(0.010, 8 * MB) == 10  # within budget: grows
+        assert window(0.012, 8 * MB) == 12
+        assert window(0.200, 8 * MB) == 6  # over: halved (only this window's records count)
+        assert window(0.010, 0) == 6  # the batch pipeline fetched nothing: a quiet window, held
+        assert window(0.020, 8 * MB) == 8
+        clock.now += 10
+        assert sharing.max_bytes(64 * MB) == 781_250  # the bucket refills at the new rate
+        for _ in range(10):
+            window(0.010, 8 * MB)
+        assert sharing.pace.rate == 16 * MB  # the ceiling
+        for _ in range(10):
+            window(0.500, 8 * MB)
+        assert sharing.pace.rate == 2 * MB  # the floor: the backlog still drains
+    finally:
+        sharing.close()
+        assert sys.getswitchinterval() == before
+
+
+def test_without_a_latency_to_read_a_latency_pace_is_the_fixed_rate() -> None:
+    sharing = Sharing(BatchSharingConfig(fixed_mb_s=4), clock=Clock(), environ={})
+    try:
+        sharing.share(True)
+        assert sharing.pace is None
+        assert sharing.max_bytes(64 * MB) == 400_000
+    finally:
+        sharing.close()
+    sharing = Sharing(BatchSharingConfig(), clock=Clock(), latency=Realtime(), environ={SHARED_ENV: "4"})
+    try:
+        sharing.share(True)
+        assert sharing.pace is None  # the environment asked for a fixed pace
+        assert sharing.max_bytes(64 * MB) == 400_000
+    finally:
+        sharing.close()
