@@ -139,6 +139,7 @@ class RecordPipeline(RecordSending, PipelineLoop):
                 "queued.max.messages.kbytes": settings.queued_max_kbytes,
                 "fetch.max.bytes": settings.fetch_max_bytes,
                 "fetch.wait.max.ms": settings.fetch_wait_max_ms,
+                "fetch.queue.backoff.ms": settings.fetch_queue_backoff_ms,
             },
         )
 

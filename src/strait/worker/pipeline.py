@@ -289,6 +289,14 @@ class PipelineSettings:
     queued_max_kbytes: int = 16 * 1024
     fetch_max_bytes: int = 8 * 1024 * 1024
     fetch_wait_max_ms: int = 100
+    # How long librdkafka waits before fetching a partition again once the consumer's queue is
+    # over its bounds (queued.max.messages.kbytes, queued.min.messages). Its default, 1 s, is
+    # far longer than the loop takes to empty the queue (a 32 MB queue of 100 B records: about
+    # 0.15 s), so a partition copying a backlog sat idle most of each second: record mode's
+    # 8-partition catch-up ran at 135k records/s with the loop waiting in consume() for 3.1 of
+    # 4.5 s, and at 300k+ with 10 ms. It never applies while the queue is under its bounds, so
+    # caught-up partitions are not affected.
+    fetch_queue_backoff_ms: int = 10
     # Records waiting for the destination's acknowledgement, bounded per producer; when full,
     # the loop stops consuming, so the consumer's bounded queue stops fetching.
     producer_max_messages: int = 100_000
