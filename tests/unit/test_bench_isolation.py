@@ -4,6 +4,7 @@ the busy-machine refusal, and the report section."""
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from strait.bench.scenarios.isolation import (
     drain_figures,
     isolation_summary,
     mode_of,
+    pacing_env,
     realtime_sends,
     split_windows,
     watch_drain,
@@ -192,3 +194,37 @@ def test_the_brokers_are_warmed_once_before_the_first_run_and_each_run_records_i
         ("strait", 1, 1),
     ]
     assert doc["params"]["warm_brokers_s"] == 7.0
+
+
+def test_each_pacing_runs_strait_once_with_its_worker_environment_and_its_own_label(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scenario = importlib.import_module("strait.bench.scenarios.isolation")
+    monkeypatch.setattr(scenario, "warm_brokers", lambda bench, seconds, **kw: None)
+    monkeypatch.setenv("STRAIT_BATCH_PACE", "fixed")  # the caller's own: hidden from the runs, then back
+    seen: list[tuple[str, dict[str, str]]] = []
+
+    def run(bench: Any, system: str, shape: Any, *, copy: Any, mm2_profile: Any) -> dict[str, Any]:
+        seen.append((system, {k: os.environ[k] for k in scenario.PACING_ENV if k in os.environ}))
+        return {"system": system, **({"mm2_profile": mm2_profile} if mm2_profile else {})}
+
+    monkeypatch.setattr(scenario, "_isolation_run", run)
+    doc = scenario.isolation(_Bench(), pacings=["latency:40", "fixed:8", "off"])  # type: ignore[arg-type]
+    assert seen == [
+        ("strait", {"STRAIT_BATCH_PACE": "latency", "STRAIT_BATCH_LATENCY_BUDGET_MS": "40"}),
+        ("strait", {"STRAIT_BATCH_SHARED_MB_S": "8"}),
+        ("strait", {"STRAIT_BATCH_SHARING": "0"}),
+        ("mm2", {}),
+    ]
+    assert os.environ["STRAIT_BATCH_PACE"] == "fixed"
+    assert [mode_of(r) for r in doc["runs"]] == [
+        "strait pacing latency:40",
+        "strait pacing fixed:8",
+        "strait pacing off",
+        "mm2",
+    ]
+    assert doc["params"]["pacings"] == ["latency:40", "fixed:8", "off"]
+    assert pacing_env(None) == {} and pacing_env("fixed") == {"STRAIT_BATCH_PACE": "fixed"}
+    for word in ("fast", "fixed:0", "latency:x", "off:3"):
+        with pytest.raises(ValueError, match="pacing"):
+            pacing_env(word)

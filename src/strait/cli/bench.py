@@ -247,6 +247,12 @@ def isolation(
     warm_brokers: float = typer.Option(
         20.0, help="Seconds of a first, unmeasured run that warms the brokers' JIT (0: none)."
     ),
+    pacing: str = typer.Option(
+        "default",
+        "--pacing",
+        help="The batch pipeline's pace next to realtime partitions, per Strait run: default (the worker's), "
+        "latency[:budget ms], fixed[:MB/s], off (comma-separated; each Strait mode runs once per pacing).",
+    ),
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
@@ -257,9 +263,16 @@ def isolation(
 ) -> None:
     """Fetch isolation: a realtime topic's p50 / p99 without and with another topic catching up a backlog."""
     from strait.bench import scenarios
+    from strait.bench.scenarios.isolation import pacing_env
 
     copies = _default_or_copies(copy)
     profiles = _mm2_profiles(mm2_profile)
+    pacings: list[str | None] = [None if p == "default" else p for p in dict.fromkeys(_words(pacing))] or [None]
+    for word in pacings:
+        try:
+            pacing_env(word)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--pacing") from exc
 
     def body(bench: Any) -> list[dict[str, Any]]:
         result = scenarios.isolation(
@@ -278,6 +291,7 @@ def isolation(
             copies=copies,
             mm2_profiles=profiles,
             warm_brokers_s=warm_brokers,
+            pacings=pacings,
         )
         return [result]
 

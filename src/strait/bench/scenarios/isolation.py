@@ -24,9 +24,11 @@ realtime p99 rises by less than 2x while the backlog drains.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -99,6 +101,7 @@ def isolation(
     copies: Sequence[str | None] = (None,),
     mm2_profiles: Sequence[str] = ("default",),
     warm_brokers_s: float = 20.0,
+    pacings: Sequence[str | None] = (None,),
 ) -> dict[str, Any]:
     """Realtime latency without and with a backlog draining, per system, in one invocation.
 
@@ -108,7 +111,11 @@ def isolation(
     scenario's) so the first measured run does not meet cold brokers: the first quiet run had
     Strait's no-backlog p99 at 187.7 ms where the latency bench, warm, sees ~15 ms. The systems'
     order alternates per repeat and each run records its place (``order``, 0 = first).
+    ``pacings``: the batch pipeline's pace next to realtime partitions in Strait's workers
+    (:func:`pacing_env`; None: the worker's configured one), each Strait mode once per pacing.
     """
+    for pacing in pacings:
+        pacing_env(pacing)  # an unknown pacing fails before any run
     for name in mm2_profiles:
         profile_properties(name)  # an unknown profile fails before any run
     shape = Shape(
@@ -121,14 +128,22 @@ def isolation(
     for repeat in range(repeats):
         order = 0
         for system in bench.order(repeat):
-            modes = [(c, None) for c in copies] if system == "strait" else [(None, p) for p in mm2_profiles]
-            for copy, profile in modes:
+            modes = (
+                [(c, None, pacing) for c in copies for pacing in pacings]
+                if system == "strait"
+                else [(None, p, None) for p in mm2_profiles]
+            )
+            for copy, profile, pacing in modes:
                 mode = f" copy {copy}" if copy else f" profile {profile}" if profile else ""
+                mode += f" pacing {pacing}" if pacing else ""
                 bench.log(
                     f"isolation: {system}{mode} x{parallelism}, realtime {rate:,.0f} records/s, backlog "
                     f"{backlog:,} records of {size} B (repeat {repeat + 1}/{repeats})"
                 )
-                run = _isolation_run(bench, system, shape, copy=copy, mm2_profile=profile)
+                with worker_env(pacing_env(pacing)):
+                    run = _isolation_run(bench, system, shape, copy=copy, mm2_profile=profile)
+                if pacing:
+                    run["pacing"] = pacing
                 run["repeat"] = repeat
                 run["order"] = order
                 order += 1
@@ -144,6 +159,7 @@ def isolation(
             "mm2_profiles": list(mm2_profiles),
             "mm2_extra": MM2_READ_COMMITTED,
             "warm_brokers_s": warm_brokers_s,
+            "pacings": [p or "default" for p in pacings],
         },
         "goal_p99_ratio": GOAL_P99_RATIO,
         "runs": runs,
@@ -326,9 +342,53 @@ def window_ratios(run: dict[str, Any]) -> dict[str, float | None]:
 
 
 def mode_of(run: dict[str, Any]) -> str:
-    """A run's system and mode as a label: ``strait``, ``strait batch``, ``mm2``, ``mm2 tuned``."""
+    """A run's system and mode as a label: ``strait``, ``strait batch``, ``strait pacing fixed``,
+    ``mm2``, ``mm2 tuned``."""
     mode = run.get("copy") if run["system"] == "strait" else run.get("mm2_profile", "default")
-    return run["system"] if mode in (None, "default") else f"{run['system']} {mode}"
+    label = run["system"] if mode in (None, "default") else f"{run['system']} {mode}"
+    return f"{label} pacing {run['pacing']}" if run.get("pacing") else label
+
+
+# The worker's environment variables that set the batch pipeline's pace (strait.worker.batch.budget).
+PACING_ENV = (
+    "STRAIT_BATCH_SHARING",
+    "STRAIT_BATCH_PACE",
+    "STRAIT_BATCH_SHARED_MB_S",
+    "STRAIT_BATCH_LATENCY_BUDGET_MS",
+)
+
+
+def pacing_env(pacing: str | None) -> dict[str, str]:
+    """The worker environment of one ``--pacing`` word: ``latency`` (the worker's budget) or
+    ``latency:MS`` (a budget of MS ms), ``fixed`` (the configured rate) or ``fixed:MB`` (MB/s),
+    ``off`` (no sharing caps at all); None: the worker's configuration alone."""
+    if pacing is None:
+        return {}
+    kind, _, value = pacing.partition(":")
+    try:
+        number = None if not value else float(value)
+    except ValueError:
+        number = -1.0
+    if kind == "off" and not value:
+        return {"STRAIT_BATCH_SHARING": "0"}
+    if kind == "latency" and (number is None or number > 0):
+        return {"STRAIT_BATCH_PACE": "latency", **({} if not value else {"STRAIT_BATCH_LATENCY_BUDGET_MS": value})}
+    if kind == "fixed" and (number is None or number > 0):
+        return {"STRAIT_BATCH_PACE": "fixed"} if not value else {"STRAIT_BATCH_SHARED_MB_S": value}
+    raise ValueError(f"unknown pacing {pacing!r}: latency[:ms], fixed[:MB/s] or off")
+
+
+@contextlib.contextmanager
+def worker_env(env: dict[str, str]) -> Iterator[None]:
+    """Workers started inside see ``env`` and none of the other pacing variables (restored after)."""
+    before = {name: os.environ.pop(name) for name in PACING_ENV if name in os.environ}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name in PACING_ENV:
+            os.environ.pop(name, None)
+        os.environ.update(before)
 
 
 def isolation_summary(runs: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
