@@ -199,7 +199,10 @@ class Sharing:
         if budget is not None and rate != budget.rate:
             budget.set_rate(rate)
         if rate != before:
-            log.debug(
+            # A cut at INFO (at most one a second, none once at the floor): the realtime tail
+            # rose with the backlog; growing is routine.
+            log.log(
+                logging.INFO if rate < before else logging.DEBUG,
                 "batch pace %s: %.1f -> %.1f MB/s (realtime p99 %s, budget %.1f ms, %d batch bytes)",
                 pace.last,
                 before / 1e6,
