@@ -225,3 +225,29 @@ def test_without_a_latency_to_read_a_latency_pace_is_the_fixed_rate() -> None:
         assert sharing.max_bytes(64 * MB) == 400_000
     finally:
         sharing.close()
+
+
+def test_a_batch_pipeline_paces_by_its_routes_realtime_pipeline_only() -> None:
+    from strait.metrics.stages import RouteObserver
+    from strait.worker.batch.pipeline import BatchPipeline
+
+    observer = RouteObserver("r", clock=lambda: 100.0)
+    pipeline = BatchPipeline(
+        name="batch",
+        source={},
+        destination={},
+        group_id="g",
+        client_id="c",
+        observer=observer,
+        sharing=BatchSharingConfig(latency_budget_ms=30),
+    )
+    sharing = pipeline._sharing
+    assert sharing.pace is not None and sharing.pace.settings.budget_s == 0.03
+    probe = sharing._latency
+    assert probe is not None and probe() is None  # nothing copied yet
+    observer.acked("realtime", "t", 0, 0.001, 99_992, count=50)  # 8 ms from source to ack
+    observer.acked("batch", "t", 1, 0.001, 90_000, count=1000)  # the backlog's own records: not counted
+    counts = probe()
+    assert counts is not None and counts.count == 50
+    p99 = counts.quantile(0.99)
+    assert p99 is not None and 0.005 < p99 <= 0.01  # the histogram's bucket of 8 ms
