@@ -410,6 +410,10 @@ class WorkerConfig(_Model):
     drain_timeout_s: float = Field(default=30.0, gt=0)
     revoke_timeout_s: float = Field(default=30.0, gt=0)
     batch_sharing: BatchSharingConfig = Field(default_factory=BatchSharingConfig)
+    # Connections to each destination broker for a batch pipeline's produce requests, each
+    # partition pinned to one (strait.worker.batch.link). More than one helped in plaintext
+    # (4 lanes: 1.4-1.6x one lane) but not reliably over TLS; STRAIT_BATCH_PRODUCE_LANES overrides.
+    batch_produce_lanes: int = Field(default=1, ge=1, le=16)
 
     @field_validator("pool")
     @classmethod

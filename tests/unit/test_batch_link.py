@@ -171,3 +171,20 @@ def test_one_produce_lane_unless_the_environment_names_more(monkeypatch: pytest.
     for nonsense in ("0", "-2", "four", ""):
         monkeypatch.setenv(LANES_ENV, nonsense)
         assert produce_lanes() == 1
+
+
+def test_the_configured_lanes_unless_the_environment_names_a_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    from strait.config import WorkerConfig
+    from strait.worker.batch.link import LANES_ENV, produce_lanes
+
+    monkeypatch.delenv(LANES_ENV, raising=False)
+    assert WorkerConfig().batch_produce_lanes == 1
+    configured = WorkerConfig(batch_produce_lanes=3).batch_produce_lanes
+    assert produce_lanes(configured) == 3
+    monkeypatch.setenv(LANES_ENV, "2")
+    assert produce_lanes(configured) == 2
+    monkeypatch.setenv(LANES_ENV, "zero")
+    assert produce_lanes(configured) == 3
+    for wrong in (0, 17):
+        with pytest.raises(ValueError, match="batch_produce_lanes"):
+            WorkerConfig(batch_produce_lanes=wrong)

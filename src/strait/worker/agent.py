@@ -130,7 +130,9 @@ def copier_factory(
             from strait.worker.batch.pipeline import BatchPipeline
 
             # The batch pipeline's pace next to realtime partitions (strait.worker.batch.budget).
-            extra["batch_factory"] = partial(BatchPipeline, sharing=config.worker.batch_sharing)
+            extra["batch_factory"] = partial(
+                BatchPipeline, sharing=config.worker.batch_sharing, lanes=config.worker.batch_produce_lanes
+            )
         copier = Copier(
             route=route.name,
             source=source,

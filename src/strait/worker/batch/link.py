@@ -47,7 +47,8 @@ MAX_IN_FLIGHT_PER_CONNECTION = 64
 # request per connection at a time, and over TLS the reading includes decrypting the whole
 # request on one network thread, so more lanes let a broker decrypt one request while it appends
 # another. Each partition always uses the same lane (ClusterLink.lane_of), so its batches and
-# their sequences still arrive in order. One lane unless STRAIT_BATCH_PRODUCE_LANES says more: on
+# their sequences still arrive in order. One lane unless the worker's batch_produce_lanes or
+# STRAIT_BATCH_PRODUCE_LANES says more: on
 # the 2-core benchmark machine a quiet TLS copy already kept about 85 % of both cores busy (the
 # brokers encrypting and decrypting), leaving extra lanes little idle CPU, and each lane splits
 # the requests further (more of the loop's CPU per batch). `strait bench security
@@ -294,11 +295,12 @@ def _metadata_request(topic: str) -> Any:
     )
 
 
-def produce_lanes() -> int:
-    """Connections to each destination broker for produce requests: one, unless
-    STRAIT_BATCH_PRODUCE_LANES names a positive count (see :data:`LANES_ENV`)."""
+def produce_lanes(configured: int = 1) -> int:
+    """Connections to each destination broker for produce requests: ``configured`` (the
+    worker's ``worker.batch_produce_lanes``), unless STRAIT_BATCH_PRODUCE_LANES names a positive
+    count (see :data:`LANES_ENV`; the benchmarks set it)."""
     override = os.environ.get(LANES_ENV, "").strip()
-    return int(override) if override.isdigit() and int(override) > 0 else 1
+    return int(override) if override.isdigit() and int(override) > 0 else configured
 
 
 class Links:

@@ -37,7 +37,7 @@ from strait.worker.batch.core import RETRY_BACKOFF_S, refusal
 from strait.worker.batch.fetching import Fetching
 from strait.worker.batch.identities import Identities
 from strait.worker.batch.leaders import LeaderCache
-from strait.worker.batch.link import Key, Links
+from strait.worker.batch.link import Key, Links, produce_lanes
 from strait.worker.batch.partition import BatchPartition
 from strait.worker.batch.producing import Producing
 from strait.worker.batch.rtts import RoundTrips
@@ -78,6 +78,7 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         observer: Any = None,
         links: Links | None = None,
         sharing: BatchSharingConfig | None = None,
+        lanes: int | None = None,
         **_record_options: Any,
     ) -> None:
         self.name = name
@@ -86,6 +87,7 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         self._settings = settings
         self._observer = observer
         self._links = links
+        self._lanes = lanes  # produce connections per destination broker (None: one)
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._parts: dict[Key, BatchPartition] = {}  # current partitions, by source key
         self._leaving: list[BatchPartition] = []  # stopped, with batches still in flight
@@ -160,7 +162,12 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         """Connect to both clusters; while they cannot be reached, partitions added meanwhile go
         to record mode (whose clients wait for the clusters) and releases are served."""
         try:
-            self._links = Links(self._source_props, self._destination_props, client_id=self._client_id)
+            self._links = Links(
+                self._source_props,
+                self._destination_props,
+                client_id=self._client_id,
+                lanes=produce_lanes(self._lanes or 1),
+            )
             self._unreachable = None
         except Exception as exc:
             if self._unreachable is None:
