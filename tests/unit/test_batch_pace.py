@@ -51,7 +51,7 @@ def test_every_decision_keeps_the_invariants(s: PaceSettings, history: list[tupl
     pace = LatencyPace(s)
     assert s.floor <= pace.rate <= s.ceiling
     for window, paced in history:
-        before, budget = pace.rate, pace.budget()
+        before, budget, cut_before = pace.rate, pace.budget(), pace.cuts > 0
         rate = pace.step(window, paced=paced)
         assert s.floor <= rate <= s.ceiling
         judged = window.p99_s is not None and window.samples >= s.min_samples
@@ -64,7 +64,8 @@ def test_every_decision_keeps_the_invariants(s: PaceSettings, history: list[tupl
             assert rate == max(s.floor, before * s.cut)
         else:
             assert rate >= before  # never cut within budget
-            assert rate == min(s.ceiling, before * s.grow)
+            # multiplicative until the first cut, additive after it
+            assert rate == min(s.ceiling, before + s.step if cut_before else before * s.grow)
         assert pace.budget() >= (s.budget_s if s.budget_s is not None else s.min_budget_s)
 
 
@@ -196,9 +197,9 @@ def test_sharing_paces_by_each_windows_realtime_latency() -> None:
         assert window(0.012, 8 * MB) == 12
         assert window(0.200, 8 * MB) == 6  # over: halved (only this window's records count)
         assert window(0.010, 0) == 6  # the batch pipeline fetched nothing: a quiet window, held
-        assert window(0.020, 8 * MB) == 8
+        assert window(0.020, 8 * MB) == 7  # after a cut, it grows by a step (1 MB/s)
         clock.now += 10
-        assert sharing.max_bytes(64 * MB) == 781_250  # the bucket refills at the new rate
+        assert sharing.max_bytes(64 * MB) == 725_000  # refilled at the new rate, 7.25 MB/s (12.5 halved, +1)
         for _ in range(10):
             window(0.010, 8 * MB)
         assert sharing.pace.rate == 16 * MB  # the ceiling
