@@ -211,6 +211,31 @@ def test_sharing_paces_by_each_windows_realtime_latency() -> None:
         assert sys.getswitchinterval() == before
 
 
+def test_idle_realtime_partitions_leave_the_backlog_unpaced_until_their_records_flow_again() -> None:
+    clock, realtime = Clock(), Realtime()
+    config = BatchSharingConfig(start_mb_s=8, floor_mb_s=2, ceiling_mb_s=16, latency_budget_ms=30)
+    sharing = Sharing(config, clock=clock, latency=realtime, environ={})
+    try:
+        realtime.observe(0.010, 1000)
+        sharing.share(True)
+        assert not sharing.idle and sharing.max_bytes(64 * MB) == 800_000  # paced, 8 MB/s
+        sharing.spend(800_000)
+        clock.now += 1.0
+        sharing.share(True)  # a window without one realtime record: caught up and idle
+        assert sharing.idle
+        assert sharing.max_bytes(64 * MB) == 64 * MB  # nothing to protect: unpaced, whole answers
+        sharing.spend(64 * MB)
+        assert sharing.pace is not None and sharing.pace.rate == 8 * MB  # the pace itself held
+        realtime.observe(0.200, 1000)  # realtime records again, late ones
+        clock.now += 1.0
+        sharing.share(True)
+        assert not sharing.idle
+        assert sharing.pace.rate == 4 * MB  # over budget: cut
+        assert sharing.max_bytes(64 * MB) <= 1024 * 1024  # paced again, at most one shared answer
+    finally:
+        sharing.close()
+
+
 def test_without_a_latency_to_read_a_latency_pace_is_the_fixed_rate() -> None:
     sharing = Sharing(BatchSharingConfig(fixed_mb_s=4), clock=Clock(), environ={})
     try:

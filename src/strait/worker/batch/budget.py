@@ -155,6 +155,12 @@ class Sharing:
             self._shared_rate = self.config.fixed_mb_s * 1_000_000
         self._paced: FetchBudget | None = None
         self.shared = False
+        # The last window saw no realtime record acknowledged: the realtime partitions are
+        # caught up and idle (e.g. a topic's first partitions done while the others still lag),
+        # nothing to protect, so the backlog drains unpaced until realtime records flow again
+        # (the first window with any returns to the pace). A pace that held at its start rate
+        # here made a 1 KB copy 3x slower once its first partition caught up.
+        self.idle = False
         self._closed = False
         self._seen: BucketCounts | None = None  # the latency histogram at the last window's end
         self._fetched = 0  # bytes fetched so far (the pipeline's thread adds, the control thread reads)
@@ -181,6 +187,7 @@ class Sharing:
             return
         seen = probe()
         window = seen if self._seen is None or seen is None else seen.minus(self._seen)
+        self.idle = window is None or window.count == 0
         if seen is not None:
             self._seen = seen
         fetched = self._fetched
@@ -220,8 +227,9 @@ class Sharing:
 
     def max_bytes(self, asked: int) -> int:
         """The most a fetch may ask for now (0: wait)."""
-        limit = asked if not self.shared else min(asked, SHARED_FETCH_BYTES)
-        for budget in (self.fixed, self._paced if self.shared else None):
+        paced = self.shared and not self.idle
+        limit = asked if not paced else min(asked, SHARED_FETCH_BYTES)
+        for budget in (self.fixed, self._paced if paced else None):
             if budget is not None:
                 limit = min(limit, budget.available())
         return max(0, limit)
@@ -229,7 +237,7 @@ class Sharing:
     def spend(self, size: int) -> None:
         """Take a fetch answer's record bytes out of the buckets in force."""
         self._fetched += size
-        for budget in (self.fixed, self._paced if self.shared else None):
+        for budget in (self.fixed, self._paced if self.shared and not self.idle else None):
             if budget is not None:
                 budget.spend(size)
 
