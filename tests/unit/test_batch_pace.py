@@ -67,6 +67,7 @@ def test_every_decision_keeps_the_invariants(s: PaceSettings, history: list[tupl
             # multiplicative until the first cut, additive after it
             assert rate == min(s.ceiling, before + s.step if cut_before else before * s.grow)
         assert pace.budget() >= (s.budget_s if s.budget_s is not None else s.min_budget_s)
+        assert s.budget_s is not None or pace.budget() <= max(s.max_budget_s, s.default_budget_s)
 
 
 @settings(max_examples=200, deadline=None)
@@ -79,7 +80,8 @@ def test_the_budget_is_the_ratio_of_the_quiet_baseline(quiet_p99s: list[float]) 
         assert pace.rate == SETTINGS.start
     assert pace.baseline_s is not None
     assert min(quiet_p99s) - 1e-12 <= pace.baseline_s <= max(quiet_p99s) + 1e-12
-    assert pace.budget() == max(SETTINGS.min_budget_s, SETTINGS.budget_ratio * pace.baseline_s)
+    learned = max(SETTINGS.min_budget_s, SETTINGS.budget_ratio * pace.baseline_s)
+    assert pace.budget() == min(SETTINGS.max_budget_s, learned)  # a stale baseline cannot lift it far
     fixed = LatencyPace(PaceSettings(floor=MB, ceiling=2 * MB, start=MB, budget_s=0.03))
     for p99 in quiet_p99s:
         fixed.step(Window(p99, 100, 0), paced=True)
@@ -215,25 +217,39 @@ def test_idle_realtime_partitions_leave_the_backlog_unpaced_until_their_records_
     clock, realtime = Clock(), Realtime()
     config = BatchSharingConfig(start_mb_s=8, floor_mb_s=2, ceiling_mb_s=16, latency_budget_ms=30)
     sharing = Sharing(config, clock=clock, latency=realtime, environ={})
+
+    def window(*, settled: bool, latency_s: float | None = None) -> None:
+        if latency_s is not None:
+            realtime.observe(latency_s, 1000)
+        sharing.spend(min(sharing.max_bytes(64 * MB), 8 * MB))
+        clock.now += 1.0
+        sharing.share(True, settled=settled)
+
     try:
         realtime.observe(0.010, 1000)
         sharing.share(True)
         assert not sharing.idle and sharing.max_bytes(64 * MB) == 800_000  # paced, 8 MB/s
-        sharing.spend(800_000)
-        clock.now += 1.0
-        sharing.share(True)  # a window without one realtime record: caught up and idle
+        window(settled=False)  # no acknowledgement, but records in flight: a stall, still paced
+        assert not sharing.idle and sharing.max_bytes(64 * MB) <= 1024 * 1024
+        window(settled=True)  # no realtime record, all of them acknowledged: caught up and idle
         assert sharing.idle
         assert sharing.max_bytes(64 * MB) == 64 * MB  # nothing to protect: unpaced, whole answers
-        sharing.spend(64 * MB)
         assert sharing.pace is not None and sharing.pace.rate == 8 * MB  # the pace itself held
-        realtime.observe(0.200, 1000)  # realtime records again, late ones
-        clock.now += 1.0
-        sharing.share(True)
+        window(settled=False, latency_s=0.200)  # realtime records again, late ones
         assert not sharing.idle
-        assert sharing.pace.rate == 4 * MB  # over budget: cut
+        assert sharing.pace.rate == 8 * MB  # that window ran unpaced: it says nothing of the pace
         assert sharing.max_bytes(64 * MB) <= 1024 * 1024  # paced again, at most one shared answer
+        window(settled=False, latency_s=0.200)
+        assert sharing.pace.rate == 4 * MB  # late while paced: cut
     finally:
         sharing.close()
+
+
+def test_a_budget_from_the_environment_must_be_a_positive_number() -> None:
+    for wrong in ("0", "-5", "nan", "inf", "soon"):
+        with pytest.raises(ValueError, match=BUDGET_ENV):
+            with_env(BatchSharingConfig(), {BUDGET_ENV: wrong})
+    assert with_env(BatchSharingConfig(), {BUDGET_ENV: "40"}).latency_budget_ms == 40
 
 
 def test_without_a_latency_to_read_a_latency_pace_is_the_fixed_rate() -> None:

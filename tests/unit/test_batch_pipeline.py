@@ -545,3 +545,35 @@ def test_a_leader_lookup_on_the_way_holds_neither_the_other_partitions_nor_its_o
     # Fetched at the next turns, not after the 0.2 s wait of a leader that is not known.
     assert src.first_fetch_at is not None
     assert src.first_fetch_at - answered_at < batch_pipeline.RETRY_BACKOFF_S / 2
+
+
+class FirstAsked(FakeSource):
+    """Which partition each fetch request names first."""
+
+    def __init__(self, logs: dict[Key, list[bytes]]) -> None:
+        super().__init__(logs)
+        self.first: list[Key] = []
+
+    def fetch(self, node: int, offsets: dict[Key, int], **options: Any) -> Future:
+        self.first.append(next(iter(offsets)))
+        return super().fetch(node, offsets, **options)
+
+
+def test_each_fetch_request_starts_one_partition_further() -> None:
+    # A broker fills a capped answer in request order: always starting with the same partition
+    # would starve the others at a low pace.
+    logs = {("t", p): source_log(6) for p in range(3)}
+    clock = Clock()
+    batch_pipeline.time = clock  # type: ignore[attr-defined]  # restored by the autouse fixture
+    src, dst = FirstAsked(logs), FakeDestination()
+    pipeline = BatchPipeline(
+        name="batch", source={}, destination={}, group_id="g", client_id="c",
+        links=FakeLinks(src, dst, clock),  # type: ignore[arg-type]
+    )
+    states = [start(pipeline, "t", p) for p in range(3)]
+    run(pipeline, lambda: all(s.checkpoint == src.end(("t", s.task.partition)) for s in states))
+    assert len(src.first) >= 2
+    assert len(set(src.first)) >= 2, src.first
+    for state in states:
+        key = ("t", state.task.partition)
+        assert dst.payloads(key) == payloads(logs[key])

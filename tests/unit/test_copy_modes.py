@@ -284,9 +284,11 @@ class SharingPipe(Pipe):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.told: list[bool] = []
+        self.settled: list[bool] = []
 
-    def share(self, realtime: bool) -> None:
+    def share(self, realtime: bool, *, settled: bool = False) -> None:
         self.told.append(realtime)
+        self.settled.append(settled)
 
 
 def test_the_batch_pipeline_is_told_while_realtime_partitions_share_the_worker() -> None:
@@ -301,7 +303,13 @@ def test_the_batch_pipeline_is_told_while_realtime_partitions_share_the_worker()
     assert batch.told == [False]  # once per CLASSIFY_INTERVAL_S
     placement.classify([backlog, trickle], 11.0)
     assert batch.told == [False, True]
-    trickle.state.error = "stopped"
+    assert batch.settled[-1] is False  # the trickle has records not yet acknowledged
+    assert trickle.state.tracker is not None
+    trickle.state.source_end = trickle.state.tracker.position  # every record it knows of acknowledged
+    placement.classify([backlog, trickle], 11.5)
     placement.classify([backlog, trickle], 12.0)
-    assert batch.told == [False, True, False]
+    assert batch.told[-1] is True and batch.settled[-1] is True
+    trickle.state.error = "stopped"
+    placement.classify([backlog, trickle], 13.0)
+    assert batch.told == [False, True, True, False]
     assert trickle.pipeline is pipes["realtime"] and backlog.pipeline is batch

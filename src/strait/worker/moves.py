@@ -82,6 +82,13 @@ def sparse(state: PartitionState) -> bool:
     )
 
 
+
+def settled(state: PartitionState) -> bool:
+    """Every record of the partition's source, as far as the worker knows its end, is
+    acknowledged by the destination: nothing fetched waits, nothing known is left to fetch."""
+    tracker, end = state.tracker, state.source_end
+    return tracker is not None and end is not None and tracker.position >= end
+
 class Moves:
     """The copier's pipelines and the rules for placing partitions in them.
 
@@ -204,8 +211,8 @@ class Moves:
         share = getattr(self.batch, "share", None)
         if share is None:
             return
-        realtime = any(e.pipeline is self.realtime and not e.state.failed for e in entries)
-        share(realtime and any(e.pipeline is self.batch for e in entries))
+        running = [e.state for e in entries if e.pipeline is self.realtime and not e.state.failed]
+        share(bool(running) and any(e.pipeline is self.batch for e in entries), settled=all(map(settled, running)))
 
     def target(self, entry: Entry, lag: int, now: float = 0.0) -> Pipeline | None:
         """Where a running partition with fetch lag ``lag`` belongs now, if elsewhere."""

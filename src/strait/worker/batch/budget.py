@@ -155,22 +155,30 @@ class Sharing:
             self._shared_rate = self.config.fixed_mb_s * 1_000_000
         self._paced: FetchBudget | None = None
         self.shared = False
-        # The last window saw no realtime record acknowledged: the realtime partitions are
-        # caught up and idle (e.g. a topic's first partitions done while the others still lag),
-        # nothing to protect, so the backlog drains unpaced until realtime records flow again
-        # (the first window with any returns to the pace). A pace that held at its start rate
-        # here made a 1 KB copy 3x slower once its first partition caught up.
+        # The last window saw no realtime record acknowledged and the copier found every realtime
+        # partition settled (all it knows of the source acknowledged): caught up and idle (e.g.
+        # a topic's first partitions done while the others still lag), nothing to protect, so
+        # the backlog drains unpaced until realtime records flow again (the first window with
+        # any returns to the pace). Both, because no acknowledgement alone is also what a
+        # stalled realtime pipeline (records in flight) or one without end-to-end figures (a
+        # LogAppendTime destination) shows. A pace that held at its start rate here made a
+        # 1 KB copy 3x slower once its first partition caught up.
         self.idle = False
         self._closed = False
-        self._seen: BucketCounts | None = None  # the latency histogram at the last window's end
+        # The latency histogram at the last window's end: from now on, not the process's past
+        # (one observer per route lives as long as the process).
+        self._seen: BucketCounts | None = latency() if latency is not None else None
         self._fetched = 0  # bytes fetched so far (the pipeline's thread adds, the control thread reads)
         self._fetched_seen = 0
 
-    def share(self, shared: bool) -> None:
-        """Realtime partitions run in this worker (True) or not any more (False); any thread.
-        Called once a second (the copier's classification): each call ends a pacing window."""
+    def share(self, shared: bool, *, settled: bool = False) -> None:
+        """Realtime partitions run in this worker (True) or not any more (False); ``settled``:
+        they have every record they know of acknowledged. Any thread. Called once a second (the
+        copier's classification): each call ends a pacing window."""
         shared = shared and self._enabled and not self._closed
-        self._end_window(paced=self.shared)
+        # (A window that ran unpaced because the realtime side was idle taught nothing about
+        # the pace.)
+        self._end_window(paced=self.shared and not self.idle, settled=settled)
         if shared == self.shared:
             return
         if shared:
@@ -181,13 +189,13 @@ class Sharing:
         _short_switches(shared)
         self.shared = shared
 
-    def _end_window(self, *, paced: bool) -> None:
+    def _end_window(self, *, paced: bool, settled: bool = False) -> None:
         pace, probe = self.pace, self._latency
         if pace is None or probe is None:
             return
         seen = probe()
         window = seen if self._seen is None or seen is None else seen.minus(self._seen)
-        self.idle = window is None or window.count == 0
+        self.idle = settled and (window is None or window.count == 0)
         if seen is not None:
             self._seen = seen
         fetched = self._fetched
@@ -275,7 +283,9 @@ def with_env(config: BatchSharingConfig, environ: Mapping[str, str]) -> BatchSha
     if budget:
         try:
             update["latency_budget_ms"] = float(budget)
+            if not 0 < float(budget) < float("inf"):
+                raise ValueError
         except ValueError as exc:
-            raise ValueError(f"{BUDGET_ENV} must be a number of milliseconds, got {budget!r}") from exc
+            raise ValueError(f"{BUDGET_ENV} must be a positive number of milliseconds, got {budget!r}") from exc
     # (model_copy skips validation: fixed_mb_s 0 means unpaced here, which the file cannot say.)
     return config.model_copy(update=update) if update else config

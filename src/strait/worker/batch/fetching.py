@@ -22,6 +22,9 @@ LEADER_CHANGED = {5, 6, 74, 75, 56}  # refresh the leader and fetch again
 class Fetching(LoopCore):
     """Fetch requests out, fetch answers in."""
 
+    # Where each fetch request starts in its leader's partitions, turned by one per round.
+    _fetch_turn = 0
+
     def _init_producer_id(self) -> Any:
         links = self._links
         assert links is not None
@@ -58,7 +61,13 @@ class Fetching(LoopCore):
             max_bytes = self._sharing.max_bytes(max_bytes)
             if max_bytes <= 0:
                 return
+        turn, self._fetch_turn = self._fetch_turn, self._fetch_turn + 1
         for leader, parts in by_leader.items():
+            # A broker fills an answer capped by max_bytes in request order (KIP-74): a request
+            # that always began with the same partitions would, at a low pace (1 MiB answers),
+            # give them every answer while the others wait, so each round starts one further.
+            start = turn % len(parts)
+            parts = parts[start:] + parts[:start]
             # Long-poll only when no partition of the leader waits outside the request: one
             # left out (its queue full) must not wait a whole poll once its queue drains.
             wait_ms = 0 if leader in held else settings.fetch_wait_max_ms

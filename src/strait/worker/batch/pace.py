@@ -17,7 +17,7 @@ idle one. :class:`LatencyPace` sets the pace from what the realtime records see,
 - a window with fewer than ``min_samples`` realtime records says nothing: the rate holds;
 - the budget is ``budget_s`` when given, else ``budget_ratio`` times the baseline, the realtime
   p99 learned in quiet windows (the batch pipeline moved less than ``quiet_bytes`` in them),
-  at least ``min_budget_s``; before any quiet window, ``default_budget_s``.
+  within [``min_budget_s``, ``max_budget_s``]; before any quiet window, ``default_budget_s``.
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ class PaceSettings:
     budget_ratio: float = 2.0
     default_budget_s: float = 0.05
     min_budget_s: float = 0.01
+    # A learned budget never above this: a baseline learned from records that were old when
+    # copied (realtime partitions still catching up their last few thousand) must not turn the
+    # pace off for a whole drain.
+    max_budget_s: float = 0.5
     grow: float = 1.25
     step: float = 1_000_000.0
     cut: float = 0.5
@@ -83,7 +87,7 @@ class LatencyPace:
             return s.budget_s
         if self.baseline_s is None:
             return s.default_budget_s
-        return max(s.min_budget_s, s.budget_ratio * self.baseline_s)
+        return min(s.max_budget_s, max(s.min_budget_s, s.budget_ratio * self.baseline_s))
 
     def step(self, window: Window, *, paced: bool) -> float:
         """The rate after ``window``; ``paced``: the batch pipeline shared the worker during it

@@ -131,10 +131,11 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
             state.mode = "batch"
             self._commands.put(partial(self._add, state, tracker))
 
-    def share(self, realtime: bool) -> None:
+    def share(self, realtime: bool, *, settled: bool = False) -> None:
         """The worker's realtime pipeline holds partitions (True) or none: while it does, this
-        pipeline paces its fetches and smaller ones (strait.worker.batch.budget.Sharing). Any thread."""
-        self._sharing.share(realtime)
+        pipeline paces its fetches and smaller ones (strait.worker.batch.budget.Sharing).
+        ``settled``: the realtime partitions have every record they know of acknowledged. Any thread."""
+        self._sharing.share(realtime, settled=settled)
 
     def _close_unstarted(self) -> None:
         if self._links is not None:
