@@ -212,9 +212,13 @@ def payloads(raws: list[bytes]) -> list[bytes]:
 
 
 def setup(
-    logs: dict[Key, list[bytes]], *, destination: FakeDestination | None = None, compacted: bool = False
+    logs: dict[Key, list[bytes]],
+    *,
+    destination: FakeDestination | None = None,
+    compacted: bool = False,
+    source: FakeSource | None = None,
 ) -> tuple[BatchPipeline, FakeSource, FakeDestination]:
-    src, dst = FakeSource(logs, compacted=compacted), destination or FakeDestination()
+    src, dst = source or FakeSource(logs, compacted=compacted), destination or FakeDestination()
     clock = Clock()
     batch_pipeline.time = clock  # type: ignore[attr-defined]  # restored by the autouse fixture
     pipeline = BatchPipeline(
@@ -563,13 +567,8 @@ def test_each_fetch_request_starts_one_partition_further() -> None:
     # A broker fills a capped answer in request order: always starting with the same partition
     # would starve the others at a low pace.
     logs = {("t", p): source_log(6) for p in range(3)}
-    clock = Clock()
-    batch_pipeline.time = clock  # type: ignore[attr-defined]  # restored by the autouse fixture
-    src, dst = FirstAsked(logs), FakeDestination()
-    pipeline = BatchPipeline(
-        name="batch", source={}, destination={}, group_id="g", client_id="c",
-        links=FakeLinks(src, dst, clock),  # type: ignore[arg-type]
-    )
+    src = FirstAsked(logs)
+    pipeline, _, dst = setup(logs, source=src)
     states = [start(pipeline, "t", p) for p in range(3)]
     run(pipeline, lambda: all(s.checkpoint == src.end(("t", s.task.partition)) for s in states))
     assert len(src.first) >= 2
