@@ -15,6 +15,7 @@ Any text value may reference a secret, ``${env:NAME}`` or ``${file:/path}`` (see
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import re
@@ -512,7 +513,8 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> S
 
 def parse_config(raw: Mapping[str, Any], environ: Mapping[str, str], origin: str = "config") -> StraitConfig:
     """Validate an already-parsed configuration mapping after applying environment overrides."""
-    data = _apply_env(dict(raw), environ)
+    # A deep copy: the overrides merge into nested sections, which belong to the caller.
+    data = _apply_env(copy.deepcopy(dict(raw)), environ)
     try:
         data = resolve(data, environ)
     except SecretError as exc:
@@ -543,7 +545,12 @@ def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, An
     source = EnvSettingsSource(
         _environment_shape(), env_prefix=ENV_PREFIX, env_nested_delimiter="__", env_parse_none_str="null"
     )
-    source.env_vars = {name.lower(): text for name, text in environ.items() if name.startswith(ENV_PREFIX)}
+    # `null` is turned into None here, not by the source: it only does that for the variables it
+    # reads from os.environ itself, so a given `environ` kept "null" as text (an API token of
+    # "null", a budget that failed to parse as a number).
+    source.env_vars = {
+        name.lower(): None if text == "null" else text for name, text in environ.items() if name.startswith(ENV_PREFIX)
+    }
     _merge(data, source())
     return data
 

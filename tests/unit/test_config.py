@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
+import yaml
 
-from strait.config import ConfigError, load_config
+from strait.config import ConfigError, load_config, parse_config
 
 BASIC = """
 zookeeper: {connect: "127.0.0.1:2181", root: /strait}
@@ -46,6 +48,28 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
     assert config.zookeeper.connect == "zk1:2181,zk2:2181"
     assert config.controller.refresh_interval_s == 2.0
     assert config.controller.api_token == "12:30"
+
+
+def test_null_in_the_environment_unsets_an_optional_value_at_any_depth(tmp_path: Path) -> None:
+    text = BASIC.replace("api_token: null", "api_token: secret") + "worker: {batch_sharing: {latency_budget_ms: 30}}\n"
+    path = _write(tmp_path, text)
+    config = load_config(path, environ={})
+    assert (config.controller.api_token, config.worker.batch_sharing.latency_budget_ms) == ("secret", 30.0)
+    environ = {"STRAIT_CONTROLLER__API_TOKEN": "null", "STRAIT_WORKER__BATCH_SHARING__LATENCY_BUDGET_MS": "null"}
+    config = load_config(path, environ=environ)
+    # None, not the text "null": a token of "null" would have been a guessable password.
+    assert config.controller.api_token is None
+    assert config.worker.batch_sharing.latency_budget_ms is None
+    # A required value cannot be unset: the error names it.
+    with pytest.raises(ConfigError, match=r"zookeeper\.connect"):
+        load_config(path, environ={"STRAIT_ZOOKEEPER__CONNECT": "null"})
+
+
+def test_parsing_leaves_the_callers_mapping_alone() -> None:
+    raw = yaml.safe_load(BASIC)
+    before = copy.deepcopy(raw)
+    parse_config(raw, {"STRAIT_ZOOKEEPER__CONNECT": "zk9:2181", "STRAIT_CONTROLLER__API_TOKEN": "t"})
+    assert raw == before
 
 
 @pytest.mark.parametrize(
