@@ -4,6 +4,7 @@ when set the pipeline fetches no faster than asked, over simulated time."""
 from __future__ import annotations
 
 import sys
+import threading
 
 import pytest
 
@@ -149,3 +150,50 @@ def test_a_pipeline_told_to_share_fetches_no_more_than_the_shared_rate(monkeypat
         assert clock.now - began >= 1.0
     finally:
         pipeline._sharing.close()
+
+
+def test_a_close_racing_a_share_leaves_the_switch_interval_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copier's share(True) reads the realtime latency while the pipeline stops: the close
+    must not find nothing to undo and let that share turn the short switches on for good."""
+    monkeypatch.delenv(ENV, raising=False)
+    before = sys.getswitchinterval()
+    inside, go = threading.Event(), threading.Event()
+    blocking = []  # the next probe call blocks once (not the constructor's)
+
+    def probe() -> None:
+        if blocking:
+            blocking.clear()
+            inside.set()
+            go.wait(10)
+
+    sharing = Sharing(latency=probe, environ={})  # the latency pace: share() reads the probe
+    blocking.append(True)
+    sharer = threading.Thread(target=sharing.share, args=(True,))
+    sharer.start()
+    try:
+        assert inside.wait(10)  # share(True) is past its check of a close
+        closer = threading.Thread(target=sharing.close)
+        closer.start()
+        closer.join(0.2)  # (unlocked, the close ran to its end here, before the share did)
+        go.set()
+        sharer.join(10)
+        closer.join(10)
+        assert sys.getswitchinterval() == before
+        assert not sharing.shared
+        sharing.share(True)  # told after its pipeline stopped: nothing changes
+        assert sys.getswitchinterval() == before
+    finally:
+        go.set()
+        sys.setswitchinterval(before)
+
+
+def test_a_pipeline_stopped_before_it_ran_leaves_the_switch_interval_as_it_was() -> None:
+    before = sys.getswitchinterval()
+    pipeline, _, _ = setup({("t", 0): source_log(3)})
+    try:
+        pipeline.share(True)
+        assert sys.getswitchinterval() == SHARED_SWITCH_INTERVAL_S
+        pipeline.stop(1.0)
+        assert sys.getswitchinterval() == before
+    finally:
+        sys.setswitchinterval(before)

@@ -32,6 +32,7 @@ windows = st.builds(
     p99_s=st.none() | st.floats(min_value=0, max_value=5, allow_nan=False),
     samples=st.integers(min_value=0, max_value=2000),
     batch_bytes=st.integers(min_value=0, max_value=100 * MB),
+    arriving=st.booleans(),
 )
 pace_settings_strategy = st.builds(
     lambda floor, span, start, budget, ratio: PaceSettings(
@@ -51,9 +52,13 @@ def test_every_decision_keeps_the_invariants(s: PaceSettings, history: list[tupl
     pace = LatencyPace(s)
     assert s.floor <= pace.rate <= s.ceiling
     for window, paced in history:
-        before, budget, cut_before = pace.rate, pace.budget(), pace.cuts > 0
+        before, budget, cut_before, baseline = pace.rate, pace.budget(), pace.cuts > 0, pace.baseline_s
         rate = pace.step(window, paced=paced)
         assert s.floor <= rate <= s.ceiling
+        if window.arriving:
+            # A backlog's last records among the realtime ones: neither the rate nor the baseline moves.
+            assert rate == before and pace.baseline_s == baseline
+            continue
         judged = window.p99_s is not None and window.samples >= s.min_samples
         if not judged or window.batch_bytes < s.quiet_bytes or not paced:
             assert rate == before  # nothing to judge, a quiet window, or not sharing: the rate holds
@@ -200,6 +205,11 @@ def test_sharing_paces_by_each_windows_realtime_latency() -> None:
         assert window(0.200, 8 * MB) == 6  # over: halved (only this window's records count)
         assert window(0.010, 0) == 6  # the batch pipeline fetched nothing: a quiet window, held
         assert window(0.020, 8 * MB) == 7  # after a cut, it grows by a step (1 MB/s)
+        realtime.observe(30.0, 200)  # a caught-up backlog's last records, copied by the realtime pipeline
+        sharing.spend(8 * MB)
+        clock.now += 1.0
+        sharing.share(True, arriving=True)
+        assert sharing.pace.rate == 7.25 * MB  # held, not halved
         clock.now += 10
         assert sharing.max_bytes(64 * MB) == 725_000  # refilled at the new rate, 7.25 MB/s (12.5 halved, +1)
         for _ in range(10):

@@ -285,10 +285,12 @@ class SharingPipe(Pipe):
         super().__init__(name)
         self.told: list[bool] = []
         self.settled: list[bool] = []
+        self.arriving: list[bool] = []
 
-    def share(self, realtime: bool, *, settled: bool = False) -> None:
+    def share(self, realtime: bool, *, settled: bool = False, arriving: bool = False) -> None:
         self.told.append(realtime)
         self.settled.append(settled)
+        self.arriving.append(arriving)
 
 
 def test_the_batch_pipeline_is_told_while_realtime_partitions_share_the_worker() -> None:
@@ -313,3 +315,66 @@ def test_the_batch_pipeline_is_told_while_realtime_partitions_share_the_worker()
     placement.classify([backlog, trickle], 13.0)
     assert batch.told == [False, True, True, False]
     assert trickle.pipeline is pipes["realtime"] and backlog.pipeline is batch
+
+
+
+def _backlog(placement: Moves, partition: int, end: int) -> Entry:
+    entry = Entry(state=PartitionState(PartitionTask("r", "backlog", partition, "backlog")))
+    pipeline = placement.first(entry.state, 0, end)
+    entry.state.source_end = end
+    entry.phase, entry.pipeline = "running", pipeline
+    pipeline.add(entry.state, 0)
+    return entry
+
+
+def _copy_to(entry: Entry, offset: int) -> None:
+    """Sent and acknowledged up to ``offset`` (excluded)."""
+    tracker = entry.state.tracker
+    assert tracker is not None
+    for next_offset in range(tracker.next_offset, offset):
+        tracker.sent(next_offset)
+        tracker.acked(next_offset)
+
+
+def test_the_pace_is_told_while_a_caught_up_backlog_finishes_in_the_realtime_pipeline() -> None:
+    """Its last records are as old as the backlog: the windows that may hold their
+    acknowledgements (up to the one in which the partition settled) are flagged, no others."""
+    placement, pipes = _setup()
+    batch = SharingPipe("batch")
+    placement.batch = batch  # type: ignore[assignment]
+    end = 4 * THRESHOLD
+    entries = [_start(placement, 5), _backlog(placement, 0, end), _backlog(placement, 1, end)]
+    backlog = entries[1]
+    assert backlog.pipeline is batch and entries[2].pipeline is batch
+    placement.classify(entries, 10.0)
+    assert batch.arriving == [False]
+    _copy_to(backlog, end - THRESHOLD // 8)
+    placement.classify(entries, 11.0)  # lag under a quarter of the threshold: moves
+    assert backlog.phase == "moving"
+    placement.advance(backlog, 11.5)
+    assert backlog.pipeline is pipes["realtime"]
+    placement.classify(entries, 12.0)
+    placement.classify(entries, 13.0)
+    assert batch.arriving == [False, False, True, True]  # its old records still to copy
+    _copy_to(backlog, end)  # settled now, acknowledged within the last window
+    placement.classify(entries, 14.0)
+    placement.classify(entries, 15.0)
+    assert batch.arriving[-2:] == [True, False]
+    assert batch.told[-1] is True  # still sharing with the other backlog partition
+
+
+def test_a_partition_arriving_from_a_backlog_is_not_waited_for_forever() -> None:
+    placement, pipes = _setup()
+    batch = SharingPipe("batch")
+    placement.batch = batch  # type: ignore[assignment]
+    end = 4 * THRESHOLD
+    entries = [_start(placement, 5), _backlog(placement, 0, end), _backlog(placement, 1, end)]
+    backlog = entries[1]
+    _copy_to(backlog, end - 10)
+    placement.classify(entries, 10.0)
+    placement.advance(backlog, 10.5)
+    assert backlog.pipeline is pipes["realtime"]
+    for second in range(11, 11 + int(moves.ARRIVING_S) + 2):  # never settles (a busy partition)
+        backlog.state.source_end = (backlog.state.source_end or 0) + 100
+        placement.classify(entries, float(second))
+    assert batch.arriving[1] is True and batch.arriving[-1] is False

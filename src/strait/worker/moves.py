@@ -34,6 +34,7 @@ import logging
 
 from strait.worker.entries import Entry
 from strait.worker.pipeline import PartitionState, Pipeline
+from strait.worker.task import PartitionTask
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,11 @@ log = logging.getLogger(__name__)
 # threshold does not bounce it between pipelines (each move is a short drain).
 MIN_DWELL_S = 5.0
 CLASSIFY_INTERVAL_S = 1.0
+# A partition that moved to the realtime pipeline from a lagging one copies its backlog's last
+# records there (up to a quarter of the threshold, as old as the backlog): the batch pipeline's
+# latency pace is told (``arriving``) until the partition is settled, or for this long at most
+# (a busy partition may rarely be seen with nothing in flight).
+ARRIVING_S = 10.0
 # Batch mode pays from this many records, or bytes, per source batch on average (quiet
 # measurements: ~2,000 batches/s through the batch loop against 100,000-160,000 records/s of 100 B
 # through record mode put the break-even near 64 records of 100 B; 32 KiB covers large records).
@@ -111,6 +117,8 @@ class Moves:
         self.threshold = threshold
         self._copy_reason = copy_reason
         self._next_classify = 0.0
+        # Partitions that moved to the realtime pipeline from a lagging one, and when.
+        self._arriving: dict[PartitionTask, float] = {}
 
     def pipelines(self) -> list[Pipeline]:
         """Every pipeline, each once."""
@@ -144,6 +152,8 @@ class Moves:
             entry.phase = "running"
             return
         target = entry.target
+        if target is self.realtime and entry.pipeline in (self.batch, self.catchup):
+            self._arriving[state.task] = now
         if entry.pipeline is self.batch and self.batch is not None:
             if state.mode == "record":
                 # Handed to record mode by the batch pipeline (possibly while this move was on
@@ -176,7 +186,7 @@ class Moves:
         if now < self._next_classify:
             return
         self._next_classify = now + CLASSIFY_INTERVAL_S
-        self.share(entries)
+        self.share(entries, now)
         if self.threshold is None:
             return
         for entry in entries:
@@ -204,15 +214,28 @@ class Moves:
             log.info("moving %s to the %s pipeline (lag %d)", state.task, target.name, lag)
             self._move(entry, target)
 
-    def share(self, entries: list[Entry]) -> None:
+    def share(self, entries: list[Entry], now: float) -> None:
         """The batch pipeline paces its fetches while the realtime pipeline copies partitions
         (strait.worker.batch.budget.Sharing): a backlog drained flat out holds the GIL the
-        realtime records wait for."""
+        realtime records wait for. ``arriving`` covers the window in which a partition that
+        came from a backlog settled, too (its last old records were acknowledged in it)."""
+        arriving = bool(self._arriving)
+        running = [e.state for e in entries if e.pipeline is self.realtime and not e.state.failed]
+        if arriving:
+            by_task = {s.task: s for s in running}
+            self._arriving = {
+                task: since
+                for task, since in self._arriving.items()
+                if now - since < ARRIVING_S and task in by_task and not settled(by_task[task])
+            }
         share = getattr(self.batch, "share", None)
         if share is None:
             return
-        running = [e.state for e in entries if e.pipeline is self.realtime and not e.state.failed]
-        share(bool(running) and any(e.pipeline is self.batch for e in entries), settled=all(map(settled, running)))
+        share(
+            bool(running) and any(e.pipeline is self.batch for e in entries),
+            settled=all(map(settled, running)),
+            arriving=arriving,
+        )
 
     def target(self, entry: Entry, lag: int, now: float = 0.0) -> Pipeline | None:
         """Where a running partition with fetch lag ``lag`` belongs now, if elsewhere."""

@@ -165,20 +165,30 @@ class Sharing:
         # 1 KB copy 3x slower once its first partition caught up.
         self.idle = False
         self._closed = False
+        # share() comes from the copier's control thread, close() from the pipeline's: one at a
+        # time, so a share(True) that checked ``_closed`` just before a close() cannot turn the
+        # short switches on after close() found nothing to turn off (left at 1 ms for good).
+        self._lock = threading.Lock()
         # The latency histogram at the last window's end: from now on, not the process's past
         # (one observer per route lives as long as the process).
         self._seen: BucketCounts | None = latency() if latency is not None else None
         self._fetched = 0  # bytes fetched so far (the pipeline's thread adds, the control thread reads)
         self._fetched_seen = 0
 
-    def share(self, shared: bool, *, settled: bool = False) -> None:
+    def share(self, shared: bool, *, settled: bool = False, arriving: bool = False) -> None:
         """Realtime partitions run in this worker (True) or not any more (False); ``settled``:
-        they have every record they know of acknowledged. Any thread. Called once a second (the
-        copier's classification): each call ends a pacing window."""
-        shared = shared and self._enabled and not self._closed
-        # (A window that ran unpaced because the realtime side was idle taught nothing about
-        # the pace.)
-        self._end_window(paced=self.shared and not self.idle, settled=settled)
+        they have every record they know of acknowledged; ``arriving``: some of them came from a
+        backlog and may have copied its last records in this window (the pace holds). Any
+        thread. Called once a second (the copier's classification): each call ends a pacing
+        window."""
+        with self._lock:
+            shared = shared and self._enabled and not self._closed
+            # (A window that ran unpaced because the realtime side was idle taught nothing about
+            # the pace.)
+            self._end_window(paced=self.shared and not self.idle, settled=settled, arriving=arriving)
+            self._turn(shared)
+
+    def _turn(self, shared: bool) -> None:
         if shared == self.shared:
             return
         if shared:
@@ -189,7 +199,7 @@ class Sharing:
         _short_switches(shared)
         self.shared = shared
 
-    def _end_window(self, *, paced: bool, settled: bool = False) -> None:
+    def _end_window(self, *, paced: bool, settled: bool = False, arriving: bool = False) -> None:
         pace, probe = self.pace, self._latency
         if pace is None or probe is None:
             return
@@ -206,6 +216,7 @@ class Sharing:
                 p99_s=None if window is None else window.quantile(0.99),
                 samples=0 if window is None else window.count,
                 batch_bytes=batch_bytes,
+                arriving=arriving,
             ),
             paced=paced,
         )
@@ -213,6 +224,17 @@ class Sharing:
         budget = self._paced
         if budget is not None and rate != budget.rate:
             budget.set_rate(rate)
+        if arriving and window is not None and window.count:
+            # (How far a backlog's last records would have moved the pace: the log of a run says
+            # whether holding mattered.)
+            log.info(
+                "batch pace holds at %.1f MB/s: a caught-up backlog finished in the realtime pipeline "
+                "(realtime p99 %.1f ms over %d records, budget %.1f ms)",
+                rate / 1e6,
+                (window.quantile(0.99) or 0) * 1000,
+                window.count,
+                pace.budget() * 1000,
+            )
         if rate != before:
             # A cut at INFO (at most one a second, none once at the floor): the realtime tail
             # rose with the backlog; growing is routine.
@@ -230,8 +252,9 @@ class Sharing:
     def close(self) -> None:
         """The pipeline stopped: the process's switch interval as it was, for good (a late
         :meth:`share` from the copier changes nothing)."""
-        self.share(False)
-        self._closed = True
+        with self._lock:
+            self._closed = True
+            self._turn(False)
 
     def max_bytes(self, asked: int) -> int:
         """The most a fetch may ask for now (0: wait)."""

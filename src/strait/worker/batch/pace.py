@@ -15,6 +15,10 @@ idle one. :class:`LatencyPace` sets the pace from what the realtime records see,
 - the rate stays within [floor, ceiling]: the floor makes every backlog drain, however busy the
   machine;
 - a window with fewer than ``min_samples`` realtime records says nothing: the rate holds;
+- so does a window in which a partition that had just caught up a backlog finished in the
+  realtime pipeline (``arriving``): its last few thousand records were tens of seconds old when
+  copied, so they set the window's p99 (or a quiet window's baseline) with a wait that is the
+  backlog's, not what the realtime records see;
 - the budget is ``budget_s`` when given, else ``budget_ratio`` times the baseline, the realtime
   p99 learned in quiet windows (the batch pipeline moved less than ``quiet_bytes`` in them),
   within [``min_budget_s``, ``max_budget_s``]; before any quiet window, ``default_budget_s``.
@@ -63,11 +67,13 @@ class PaceSettings:
 @dataclass(frozen=True)
 class Window:
     """What one window showed: the realtime records' p99 (None: none observed), how many there
-    were, and the bytes the batch pipeline fetched meanwhile."""
+    were, the bytes the batch pipeline fetched meanwhile, and whether partitions arriving from a
+    backlog had records among the realtime ones."""
 
     p99_s: float | None
     samples: int
     batch_bytes: int
+    arriving: bool = False
 
 
 class LatencyPace:
@@ -93,6 +99,9 @@ class LatencyPace:
         """The rate after ``window``; ``paced``: the batch pipeline shared the worker during it
         (else the window only teaches the baseline)."""
         s = self.settings
+        if window.arriving:
+            self.last = "hold: a caught-up backlog's last records"
+            return self.rate
         if window.p99_s is None or window.samples < s.min_samples:
             self.last = "hold: too few realtime records"
             return self.rate

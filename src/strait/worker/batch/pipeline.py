@@ -131,13 +131,16 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
             state.mode = "batch"
             self._commands.put(partial(self._add, state, tracker))
 
-    def share(self, realtime: bool, *, settled: bool = False) -> None:
+    def share(self, realtime: bool, *, settled: bool = False, arriving: bool = False) -> None:
         """The worker's realtime pipeline holds partitions (True) or none: while it does, this
         pipeline paces its fetches and smaller ones (strait.worker.batch.budget.Sharing).
-        ``settled``: the realtime partitions have every record they know of acknowledged. Any thread."""
-        self._sharing.share(realtime, settled=settled)
+        ``settled``: the realtime partitions have every record they know of acknowledged;
+        ``arriving``: some came from a backlog lately and are finishing it. Any thread."""
+        self._sharing.share(realtime, settled=settled, arriving=arriving)
 
     def _close_unstarted(self) -> None:
+        # (Told to share before it ever ran: the switch interval as it was.)
+        self._sharing.close()
         if self._links is not None:
             self._links.close()
 
