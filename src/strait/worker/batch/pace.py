@@ -15,10 +15,11 @@ idle one. :class:`LatencyPace` sets the pace from what the realtime records see,
 - the rate stays within [floor, ceiling]: the floor makes every backlog drain, however busy the
   machine;
 - a window with fewer than ``min_samples`` realtime records says nothing: the rate holds;
-- so does a window in which a partition that had just caught up a backlog finished in the
-  realtime pipeline (``arriving``): its last few thousand records were tens of seconds old when
-  copied, so they set the window's p99 (or a quiet window's baseline) with a wait that is the
-  backlog's, not what the realtime records see;
+- a window in which a partition that had just caught up a backlog may have finished in the
+  realtime pipeline (``arriving``) neither cuts nor teaches the baseline: such a partition's
+  last records (up to a quarter of the catch-up threshold) are as old as the backlog and would
+  set the p99 with a wait that is the backlog's, not what the realtime records see. Within the
+  budget it grows as usual (old records can only raise a p99);
 - the budget is ``budget_s`` when given, else ``budget_ratio`` times the baseline, the realtime
   p99 learned in quiet windows (the batch pipeline moved less than ``quiet_bytes`` in them),
   within [``min_budget_s``, ``max_budget_s``]; before any quiet window, ``default_budget_s``.
@@ -99,13 +100,13 @@ class LatencyPace:
         """The rate after ``window``; ``paced``: the batch pipeline shared the worker during it
         (else the window only teaches the baseline)."""
         s = self.settings
-        if window.arriving:
-            self.last = "hold: a caught-up backlog's last records"
-            return self.rate
         if window.p99_s is None or window.samples < s.min_samples:
             self.last = "hold: too few realtime records"
             return self.rate
         if window.batch_bytes < s.quiet_bytes:
+            if window.arriving:
+                self.last = "hold: a caught-up backlog's last records"
+                return self.rate
             # The realtime records' latency without a backlog beside them.
             known = self.baseline_s
             self.baseline_s = window.p99_s if known is None else known + BASELINE_WEIGHT * (window.p99_s - known)
@@ -115,6 +116,9 @@ class LatencyPace:
             self.last = "hold: not sharing"
             return self.rate
         if window.p99_s > self.budget():
+            if window.arriving:
+                self.last = "hold: a caught-up backlog's last records"
+                return self.rate
             self.rate = max(s.floor, self.rate * s.cut)
             self.cuts += 1
             self.last = "cut"
