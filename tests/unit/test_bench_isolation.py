@@ -228,3 +228,28 @@ def test_each_pacing_runs_strait_once_with_its_worker_environment_and_its_own_la
     for word in ("fast", "fixed:0", "latency:x", "off:3"):
         with pytest.raises(ValueError, match="pacing"):
             pacing_env(word)
+
+
+def test_the_order_of_a_systems_modes_alternates_per_repeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario = importlib.import_module("strait.bench.scenarios.isolation")
+    monkeypatch.setattr(scenario, "warm_brokers", lambda bench, seconds, **kw: None)
+
+    def run(bench: Any, system: str, shape: Any, *, copy: Any, mm2_profile: Any) -> dict[str, Any]:
+        return {"system": system, **({"mm2_profile": mm2_profile} if mm2_profile else {})}
+
+    monkeypatch.setattr(scenario, "_isolation_run", run)
+    doc = scenario.isolation(_Bench(), repeats=3, pacings=["latency", "fixed"], mm2_profiles=["default", "tuned"])  # type: ignore[arg-type]
+    assert [(r.get("pacing") or r["mm2_profile"], r["repeat"], r["order"]) for r in doc["runs"]] == [
+        ("latency", 0, 0),
+        ("fixed", 0, 1),
+        ("default", 0, 2),
+        ("tuned", 0, 3),
+        ("tuned", 1, 0),
+        ("default", 1, 1),
+        ("fixed", 1, 2),
+        ("latency", 1, 3),
+        ("latency", 2, 0),
+        ("fixed", 2, 1),
+        ("default", 2, 2),
+        ("tuned", 2, 3),
+    ]

@@ -317,7 +317,6 @@ def test_the_batch_pipeline_is_told_while_realtime_partitions_share_the_worker()
     assert trickle.pipeline is pipes["realtime"] and backlog.pipeline is batch
 
 
-
 def _backlog(placement: Moves, partition: int, end: int) -> Entry:
     entry = Entry(state=PartitionState(PartitionTask("r", "backlog", partition, "backlog")))
     pipeline = placement.first(entry.state, 0, end)

@@ -88,12 +88,12 @@ def sparse(state: PartitionState) -> bool:
     )
 
 
-
 def settled(state: PartitionState) -> bool:
     """Every record of the partition's source, as far as the worker knows its end, is
     acknowledged by the destination: nothing fetched waits, nothing known is left to fetch."""
     tracker, end = state.tracker, state.source_end
     return tracker is not None and end is not None and tracker.position >= end
+
 
 class Moves:
     """The copier's pipelines and the rules for placing partitions in them.

@@ -110,7 +110,8 @@ def isolation(
     :data:`MM2_READ_COMMITTED` added. ``warm_brokers_s``: a first, unmeasured run (the latency
     scenario's) so the first measured run does not meet cold brokers: the first quiet run had
     Strait's no-backlog p99 at 187.7 ms where the latency bench, warm, sees ~15 ms. The systems'
-    order alternates per repeat and each run records its place (``order``, 0 = first).
+    order alternates per repeat, and so does the order of each system's modes; each run records
+    its place (``order``, 0 = first).
     ``pacings``: the batch pipeline's pace next to realtime partitions in Strait's workers
     (:func:`pacing_env`; None: the worker's configured one), each Strait mode once per pacing.
     """
@@ -133,7 +134,11 @@ def isolation(
                 if system == "strait"
                 else [(None, p, None) for p in mm2_profiles]
             )
-            for copy, profile, pacing in modes:
+            # A system's modes alternate their order per repeat too: a mode that always runs
+            # first after another system (or the warm-up) meets the busier machine every time
+            # (latency pace first in every pair: its no-backlog p99 15.7-19.2 ms against the
+            # fixed pace's 7.7-11.8 in four pairs, so its ratio was measured on another baseline).
+            for copy, profile, pacing in modes if repeat % 2 == 0 else modes[::-1]:
                 mode = f" copy {copy}" if copy else f" profile {profile}" if profile else ""
                 mode += f" pacing {pacing}" if pacing else ""
                 bench.log(
