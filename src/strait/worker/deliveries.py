@@ -23,6 +23,16 @@ A partition's records are settled in send order, so a report that arrives before
 record's report waits until that one is in (librdkafka reports a partition's records in order;
 a wait only delays the accounting, it never changes it). The checkpoint semantics are those of
 :class:`~strait.worker.checkpoint.AckTracker`: the contiguous acknowledged prefix.
+
+Every record keeps a report of its own, though the reports cost about a fifth of record mode's
+loop. Reporting only some records (a stretch's last) and settling the stretch from that one
+would be sound only if a later record's acknowledgement proved every earlier record of its
+partition written, and librdkafka does not promise that: a record that times out in the queue
+(``message.timeout.ms``) is skipped by the idempotent producer (epoch bump, sequence reset) while
+later records are still written, and ``enable.gapless.guarantee`` expressly leaves such timeouts
+out (librdkafka's INTRODUCTION.md, "Message timeout considerations"). An unreported record that
+timed out would then be passed by the checkpoint: a loss. (confluent-kafka 2.16 would skip the
+Python message and call for a record without a report, but still takes the GIL for it.)
 """
 
 from __future__ import annotations
