@@ -11,7 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from strait.bench import machine, report
-from strait.cli import bench
+from strait.cli import bench, bench_events
 from strait.sandbox import Sandbox
 
 # The measured commands: each gets as far as its load check with its defaults.
@@ -119,7 +119,7 @@ def test_add_topics_runs_the_copy_mode_it_names(
     from strait.bench import scenarios
 
     asked: list[str | None] = []
-    monkeypatch.setattr(bench, "_session", lambda *args, **_kwargs: args[5](object()))
+    monkeypatch.setattr(bench_events, "_session", lambda *args, **_kwargs: args[5](object()))
 
     def add_topics(_bench: object, **kwargs: Any) -> dict[str, Any]:
         asked.append(kwargs["copy"])
