@@ -15,7 +15,6 @@ Any text value may reference a secret, ``${env:NAME}`` or ``${file:/path}`` (see
 
 from __future__ import annotations
 
-import copy
 import functools
 import os
 import re
@@ -457,15 +456,21 @@ class StraitConfig(_Model):
     @classmethod
     def _scalar_properties(cls, clusters: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         # librdkafka turns any value into text, so a YAML list of brokers would silently become
-        # the host "['a:9092', 'b:9092']"; refuse it here, naming the property.
+        # the host "['a:9092', 'b:9092']"; refuse it here, naming the property. null (in the file
+        # or as an environment override) unsets a property: librdkafka's default applies.
+        kept: dict[str, dict[str, Any]] = {}
         for name, props in clusters.items():
+            kept[name] = {}
             for key, value in props.items():
+                if value is None:
+                    continue
                 if not isinstance(value, str | int | float | bool):
                     raise ValueError(
                         f"{name}.{key}: a client property must be text, a number or true/false, "
                         f"not {type(value).__name__} (write lists as 'a:9092,b:9092')"
                     )
-        return clusters
+                kept[name][key] = value
+        return kept
 
     @model_validator(mode="after")
     def _consistent_routes(self) -> StraitConfig:
@@ -513,8 +518,7 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> S
 
 def parse_config(raw: Mapping[str, Any], environ: Mapping[str, str], origin: str = "config") -> StraitConfig:
     """Validate an already-parsed configuration mapping after applying environment overrides."""
-    # A deep copy: the overrides merge into nested sections, which belong to the caller.
-    data = _apply_env(copy.deepcopy(dict(raw)), environ)
+    data = _apply_env(dict(raw), environ)
     try:
         data = resolve(data, environ)
     except SecretError as exc:
@@ -557,7 +561,9 @@ def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, An
 
 def _merge(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
     for key, value in overrides.items():
-        if isinstance(value, Mapping) and isinstance(data.get(key), dict):
+        if isinstance(value, Mapping) and isinstance(data.get(key), Mapping):
+            # A copy of the section it changes: the caller's mapping stays as it was.
+            data[key] = dict(data[key])
             _merge(data[key], value)
         else:
             # Text stays text: pydantic converts "2" or "true" for typed fields, whereas YAML

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 import yaml
@@ -65,11 +66,24 @@ def test_null_in_the_environment_unsets_an_optional_value_at_any_depth(tmp_path:
         load_config(path, environ={"STRAIT_ZOOKEEPER__CONNECT": "null"})
 
 
+def test_null_unsets_a_client_property(tmp_path: Path) -> None:
+    path = _write(tmp_path, BASIC)
+    assert load_config(path, environ={}).clusters["src"]["security.protocol"] == "SSL"
+    config = load_config(path, environ={"STRAIT_CLUSTERS__SRC__SECURITY.PROTOCOL": "null"})
+    assert config.clusters["src"] == {"bootstrap.servers": "127.0.0.1:9092"}  # librdkafka's default applies
+    in_file = load_config(_write(tmp_path, BASIC.replace("security.protocol: SSL", "security.protocol: null")), {})
+    assert "security.protocol" not in in_file.clusters["src"]
+
+
 def test_parsing_leaves_the_callers_mapping_alone() -> None:
     raw = yaml.safe_load(BASIC)
     before = copy.deepcopy(raw)
     parse_config(raw, {"STRAIT_ZOOKEEPER__CONNECT": "zk9:2181", "STRAIT_CONTROLLER__API_TOKEN": "t"})
     assert raw == before
+    # Read-only sections (any Mapping) are copied where an override changes them, not written to.
+    frozen = {**raw, "zookeeper": MappingProxyType(dict(raw["zookeeper"]))}
+    config = parse_config(frozen, {"STRAIT_ZOOKEEPER__CONNECT": "zk9:2181"})
+    assert config.zookeeper.connect == "zk9:2181" and frozen["zookeeper"]["connect"] == "127.0.0.1:2181"
 
 
 @pytest.mark.parametrize(
