@@ -8,11 +8,13 @@ import threading
 
 import pytest
 
+from strait.worker.batch import budget
 from strait.worker.batch.budget import (
     ENV,
     SHARED_ENV,
     SHARED_FETCH_BYTES,
     SHARED_SWITCH_INTERVAL_S,
+    SHARING_ENV,
     FetchBudget,
     Sharing,
 )
@@ -156,7 +158,10 @@ def test_a_close_racing_a_share_leaves_the_switch_interval_as_it_was(monkeypatch
     """The copier's share(True) reads the realtime latency while the pipeline stops: the close
     must not find nothing to undo and let that share turn the short switches on for good."""
     monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.delenv(SHARING_ENV, raising=False)
     before = sys.getswitchinterval()
+    assert before != SHARED_SWITCH_INTERVAL_S  # else the test could not see the short switches stay
+    users = budget._switch_users
     inside, go = threading.Event(), threading.Event()
     blocking = []  # the next probe call blocks once (not the constructor's)
 
@@ -185,10 +190,16 @@ def test_a_close_racing_a_share_leaves_the_switch_interval_as_it_was(monkeypatch
     finally:
         go.set()
         sys.setswitchinterval(before)
+        budget._switch_users = users
 
 
-def test_a_pipeline_stopped_before_it_ran_leaves_the_switch_interval_as_it_was() -> None:
+def test_a_pipeline_stopped_before_it_ran_leaves_the_switch_interval_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(SHARING_ENV, raising=False)
     before = sys.getswitchinterval()
+    assert before != SHARED_SWITCH_INTERVAL_S
+    users = budget._switch_users
     pipeline, _, _ = setup({("t", 0): source_log(3)})
     try:
         pipeline.share(True)
@@ -197,3 +208,4 @@ def test_a_pipeline_stopped_before_it_ran_leaves_the_switch_interval_as_it_was()
         assert sys.getswitchinterval() == before
     finally:
         sys.setswitchinterval(before)
+        budget._switch_users = users

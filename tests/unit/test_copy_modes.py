@@ -362,18 +362,46 @@ def test_the_pace_is_told_while_a_caught_up_backlog_finishes_in_the_realtime_pip
     assert batch.told[-1] is True  # still sharing with the other backlog partition
 
 
-def test_a_partition_arriving_from_a_backlog_is_not_waited_for_forever() -> None:
-    placement, pipes = _setup()
+def _arrive(placement: Moves, pipes: dict[str, Pipe], end: int) -> tuple[list[Entry], Entry, SharingPipe]:
     batch = SharingPipe("batch")
     placement.batch = batch  # type: ignore[assignment]
-    end = 4 * THRESHOLD
     entries = [_start(placement, 5), _backlog(placement, 0, end), _backlog(placement, 1, end)]
     backlog = entries[1]
     _copy_to(backlog, end - 10)
     placement.classify(entries, 10.0)
     placement.advance(backlog, 10.5)
-    assert backlog.pipeline is pipes["realtime"]
-    for second in range(11, 11 + int(moves.ARRIVING_S) + 2):  # never settles (a busy partition)
-        backlog.state.source_end = (backlog.state.source_end or 0) + 100
+    assert backlog.pipeline is pipes["realtime"] and backlog.arriving_end == end
+    return entries, backlog, batch
+
+
+def test_a_busy_partition_stops_arriving_once_its_old_records_are_acknowledged() -> None:
+    """A partition that keeps receiving records is rarely settled: what ends its arrival is
+    the source's end at the time it arrived, not the end now."""
+    placement, pipes = _setup()
+    end = 4 * THRESHOLD
+    entries, backlog, batch = _arrive(placement, pipes, end)
+    placement.classify(entries, 11.0)
+    assert batch.arriving[-1] is True
+    backlog.state.source_end = end + 50  # new records keep coming
+    _copy_to(backlog, end + 20)  # past the end at arrival, never settled
+    placement.classify(entries, 12.0)
+    placement.classify(entries, 13.0)
+    assert batch.arriving[-2:] == [True, False]  # the window that held the last old record, then none
+    assert backlog.arriving_end is None
+
+
+def test_a_partition_arriving_from_a_backlog_is_not_waited_for_forever() -> None:
+    placement, pipes = _setup()
+    end = 4 * THRESHOLD
+    entries, _backlog_entry, batch = _arrive(placement, pipes, end)
+    for second in range(11, 11 + int(moves.ARRIVING_S) + 2):  # its acknowledgements never come
         placement.classify(entries, float(second))
     assert batch.arriving[1] is True and batch.arriving[-1] is False
+
+
+def test_a_partition_starting_behind_the_source_end_in_the_realtime_pipeline_is_arriving() -> None:
+    placement, pipes = _setup()
+    realtime = pipes["realtime"]
+    assert placement.arrival(realtime, 100, 100 + THRESHOLD // 2) == 100 + THRESHOLD // 2
+    assert placement.arrival(realtime, 100, 100) is None  # nothing old to copy
+    assert placement.arrival(pipes["catchup"], 100, 100 + 2 * THRESHOLD) is None  # not the realtime pipeline

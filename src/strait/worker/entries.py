@@ -97,6 +97,11 @@ class Entry:
     # A batch route's lagging partition whose source batches were too small for batch mode to
     # pay: copied record by record until this time (strait.worker.moves).
     sparse_until: float = 0.0
+    # Set while the partition copies old records in the realtime pipeline (it arrived from a
+    # lagging pipeline, or started there behind the source's end): the source's end offset
+    # then. The batch pipeline's latency pace discounts the windows until the partition is
+    # acknowledged up to it (strait.worker.moves).
+    arriving_end: int | None = None
 
 
 def snapshot(entry: Entry, earlier: tuple[int, int, int] | None = None) -> PartitionStats:

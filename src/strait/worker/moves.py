@@ -34,7 +34,6 @@ import logging
 
 from strait.worker.entries import Entry
 from strait.worker.pipeline import PartitionState, Pipeline
-from strait.worker.task import PartitionTask
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +42,9 @@ log = logging.getLogger(__name__)
 MIN_DWELL_S = 5.0
 CLASSIFY_INTERVAL_S = 1.0
 # A partition that moved to the realtime pipeline from a lagging one copies its backlog's last
-# records there (up to a quarter of the threshold, as old as the backlog): the batch pipeline's
-# latency pace is told (``arriving``) until the partition is settled, or for this long at most
-# (a busy partition may rarely be seen with nothing in flight).
+# records there (as old as the backlog), and one that starts there copies what the source holds
+# beyond its checkpoint: the batch pipeline's latency pace is told (``arriving``) until the
+# partition is acknowledged up to the source's end at its arrival, or for this long at most.
 ARRIVING_S = 10.0
 # Batch mode pays from this many records, or bytes, per source batch on average (quiet
 # measurements: ~2,000 batches/s through the batch loop against 100,000-160,000 records/s of 100 B
@@ -117,8 +116,6 @@ class Moves:
         self.threshold = threshold
         self._copy_reason = copy_reason
         self._next_classify = 0.0
-        # Partitions that moved to the realtime pipeline from a lagging one, and when.
-        self._arriving: dict[PartitionTask, float] = {}
 
     def pipelines(self) -> list[Pipeline]:
         """Every pipeline, each once."""
@@ -143,6 +140,11 @@ class Moves:
         state.mode_reason = self._copy_reason
         return self.catchup if lagging and self.catchup is not None else self.realtime
 
+    def arrival(self, pipeline: Pipeline, start: int, end: int) -> int | None:
+        """``Entry.arriving_end`` for a partition that starts in ``pipeline`` at ``start``, the
+        source ending at ``end``: records behind the end copied by the realtime pipeline are old."""
+        return end if pipeline is self.realtime and end > start else None
+
     def advance(self, entry: Entry, now: float) -> None:
         """Finish a move once the old pipeline let go of the partition."""
         if entry.released is None or not entry.released.is_set():
@@ -153,7 +155,7 @@ class Moves:
             return
         target = entry.target
         if target is self.realtime and entry.pipeline in (self.batch, self.catchup):
-            self._arriving[state.task] = now
+            entry.arriving_end = state.source_end
         if entry.pipeline is self.batch and self.batch is not None:
             if state.mode == "record":
                 # Handed to record mode by the batch pipeline (possibly while this move was on
@@ -217,17 +219,22 @@ class Moves:
     def share(self, entries: list[Entry], now: float) -> None:
         """The batch pipeline paces its fetches while the realtime pipeline copies partitions
         (strait.worker.batch.budget.Sharing): a backlog drained flat out holds the GIL the
-        realtime records wait for. ``arriving`` covers the window in which a partition that
-        came from a backlog settled, too (its last old records were acknowledged in it)."""
-        arriving = bool(self._arriving)
+        realtime records wait for. ``arriving`` flags the windows in which the realtime
+        pipeline still copied a partition's old records (up to and including the one in which
+        they were all acknowledged)."""
+        arriving = False
+        for entry in entries:
+            end = entry.arriving_end
+            if end is None:
+                continue
+            tracker = entry.state.tracker
+            if entry.pipeline is not self.realtime or entry.state.failed or tracker is None:
+                entry.arriving_end = None
+                continue
+            arriving = True
+            if tracker.position >= end or now - entry.since >= ARRIVING_S:
+                entry.arriving_end = None  # (this window still flagged: it may hold the last)
         running = [e.state for e in entries if e.pipeline is self.realtime and not e.state.failed]
-        if arriving:
-            by_task = {s.task: s for s in running}
-            self._arriving = {
-                task: since
-                for task, since in self._arriving.items()
-                if now - since < ARRIVING_S and task in by_task and not settled(by_task[task])
-            }
         share = getattr(self.batch, "share", None)
         if share is None:
             return

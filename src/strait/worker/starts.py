@@ -123,6 +123,7 @@ class PartitionStarts:
                 entry.phase = "running"
                 entry.pipeline = pipeline
                 entry.since = time.monotonic()
+                entry.arriving_end = self._moves.arrival(pipeline, start, end)
                 entry.start_error = None
                 entry.start_failures = 0
             log.info(

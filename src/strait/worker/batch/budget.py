@@ -224,9 +224,14 @@ class Sharing:
         budget = self._paced
         if budget is not None and rate != budget.rate:
             budget.set_rate(rate)
-        if arriving and window is not None and rate == before and pace.last.startswith("hold: a caught-up"):
-            # (What a backlog's last records would have done to the pace: the log of a run says
-            # whether holding mattered.)
+        if (
+            arriving
+            and window is not None
+            and pace.last.startswith("hold: a caught-up")
+            and ((window.quantile(0.99) or 0) > pace.budget())
+        ):
+            # (A cut the backlog's last records would have made: the log of a run says whether
+            # holding mattered.)
             log.info(
                 "batch pace holds at %.1f MB/s: a caught-up backlog may have finished in the realtime "
                 "pipeline (realtime p99 %.1f ms over %d records, budget %.1f ms)",
