@@ -480,3 +480,32 @@ def test_a_route_without_a_map_keeps_no_runs(monkeypatch: pytest.MonkeyPatch) ->
         pipeline._step()
     assert state.durable == 5 and producer.map_committed == []
     assert state.runs.take() == [], "runs piled up with nobody to publish them"
+
+
+class BrokenFlushProducer(TxnProducer):
+    """A producer fenced while flush() served its reports: confluent-kafka 2.16 then ended the
+    call with a bare SystemError (seen on a worker woken from SIGSTOP past its session)."""
+
+    def flush(self, timeout: float = 0) -> int:
+        raise SystemError("<built-in method flush of Producer object> returned NULL without setting an exception")
+
+
+def test_a_bare_system_error_from_flush_fences_the_pipeline_instead_of_killing_its_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    broken, fresh = BrokenFlushProducer(), TxnProducer()
+    pipeline = _pipeline(FakeConsumer({0: list(range(5))}), broken)
+    monkeypatch.setattr(pipeline, "_make_producer", lambda _props: fresh)
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    for _ in range(5):
+        pipeline._step()  # the commit's flush fails: it must not raise out of the loop's turn
+    assert pipeline._fenced is not None and (state.error or "").startswith("fenced:")
+    assert broken.committed == {} and state.durable == 0  # nothing of the transaction counts
+    # A fresh assignment (the worker registered again) takes the id back with a new producer.
+    again = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(again, 0)
+    for _ in range(8):
+        pipeline._step()
+    assert pipeline._producer is fresh and again.error is None and fresh.committed.get(0) == [0, 1, 2, 3, 4]

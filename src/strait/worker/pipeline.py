@@ -35,6 +35,11 @@ def client_call(method: Callable[..., T], *args: Any) -> T:
     which is no exception class: ``except Exception`` misses it and the pipeline thread dies
     silently (seen on a worker woken from SIGSTOP). When a delivery callback called into the
     client in the same call, it arrives as ``SystemError`` caused by the ``KafkaException``.
+    A transactional producer fenced while ``flush()`` served its reports can also end the call
+    with a bare ``SystemError`` ("returned NULL without setting an exception"): the client is in
+    a state nobody can tell, so it comes out as a fatal ``_FATAL`` error (the exactly-once
+    pipeline fences itself and stops its partitions; a worker frozen past its session hit it,
+    and the pipeline's thread died with partitions still being assigned to it).
     """
     try:
         return method(*args)
@@ -43,7 +48,7 @@ def client_call(method: Callable[..., T], *args: Any) -> T:
     except SystemError as exc:
         if isinstance(exc.__cause__, KafkaException):
             raise exc.__cause__ from None
-        raise
+        raise KafkaException(KafkaError(KafkaError._FATAL, f"client call failed: {exc}", fatal=True)) from exc
     except:  # the only way to catch a raised non-exception object
         value = sys.exc_info()[1]
         if isinstance(value, KafkaError):
