@@ -162,6 +162,9 @@ class RecordingCopier:
     def fenced(self) -> set[PartitionTask]:
         return set()
 
+    def crashed(self) -> str | None:
+        return None
+
     def assigned(self) -> set[PartitionTask]:
         return set(self.tasks)
 

@@ -236,6 +236,9 @@ class _Copier:
     def fenced(self) -> set[PartitionTask]:
         return set()
 
+    def crashed(self) -> str | None:
+        return None
+
     def assigned(self) -> set[PartitionTask]:
         return set(self.tasks)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import pytest
+
 from strait.config import parse_config
 from strait.coordination.model import PartitionKey, SessionState
 from strait.worker.agent import WorkerAgent
@@ -25,6 +27,9 @@ class Copier:
 
     def fenced(self) -> set[PartitionTask]:
         return set()
+
+    def crashed(self) -> str | None:
+        return None
 
     def assigned(self) -> set[PartitionTask]:
         return set()
@@ -67,3 +72,16 @@ def test_a_short_blip_keeps_copying_a_long_one_stops_everything_without_commits(
     assert copier.abandoned == 1  # once
     agent._on_session(SessionState.CONNECTED)
     assert agent._suspended_since is None and agent._cut_off
+
+
+class CrashedCopier(Copier):
+    def crashed(self) -> str | None:
+        return "realtime"
+
+
+def test_a_worker_whose_pipeline_crashed_stops_instead_of_taking_more_partitions() -> None:
+    # A dead loop copies nothing, and partitions assigned later would start in it: the worker
+    # must fail (its session ends, the controller moves every partition) rather than look alive.
+    agent = _agent(CrashedCopier())
+    with pytest.raises(RuntimeError, match="route main: pipeline realtime crashed"):
+        agent._step()

@@ -264,6 +264,14 @@ class Copier(PartitionStarts):
             entries = [(t, e, self._earlier.get((t.topic, t.partition))) for t, e in self._entries.items()]
         return {task: snapshot(entry, earlier) for task, entry, earlier in entries}
 
+    def crashed(self) -> str | None:
+        """The name of a pipeline whose loop died (its partitions, and any added to it later,
+        copy nothing more), or None."""
+        for pipeline in self._moves.pipelines():
+            if pipeline.crashed():
+                return pipeline.name
+        return None
+
     def stop(self, drain: bool = True, timeout_s: float = 30) -> None:
         """Stop copying. ``drain=True`` hands every partition over cleanly first (see :meth:`revoke`).
 

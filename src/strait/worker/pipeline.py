@@ -213,6 +213,9 @@ class Pipeline(Protocol):
     def stop(self, timeout_s: float) -> None:
         """Stop the loop; wait up to ``timeout_s`` for records in flight to be acknowledged."""
 
+    def crashed(self) -> bool:
+        """The loop's thread ended without being asked to stop."""
+
 
 class PipelineLoop:
     """What every copy loop shares: one thread that owns the clients, a queue of commands the
@@ -265,6 +268,10 @@ class PipelineLoop:
 
     def _loop_ended(self) -> bool:
         return self._thread.ident is not None and not self._thread.is_alive()
+
+    def crashed(self) -> bool:
+        """The loop's thread ended without being asked to stop (an error escaped a turn)."""
+        return self._loop_ended() and not self._stopping.is_set()
 
     def _run_commands(self) -> None:
         while True:
