@@ -509,3 +509,42 @@ def test_a_bare_system_error_from_flush_fences_the_pipeline_instead_of_killing_i
     for _ in range(8):
         pipeline._step()
     assert pipeline._producer is fresh and again.error is None and fresh.committed.get(0) == [0, 1, 2, 3, 4]
+
+
+class HangingFlushProducer(TxnProducer):
+    """flush() blocks (until released) once records are in the transaction."""
+
+    def __init__(self, hang: threading.Event) -> None:
+        super().__init__()
+        self.flush_hang = hang
+
+    def flush(self, timeout: float = 0) -> int:
+        if self.pending:
+            self.flush_hang.wait()
+        return super().flush(timeout)
+
+
+def test_a_flush_that_never_returns_inside_a_transaction_replaces_the_producer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(transactional, "HUNG_AFTER_S", 0.2)
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    hang = threading.Event()
+    stuck, healthy = HangingFlushProducer(hang), TxnProducer()
+    pipeline = _pipeline(FakeConsumer({0: list(range(5))}), stuck)
+    monkeypatch.setattr(pipeline, "_make_producer", lambda _props: healthy)
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    try:
+        for _ in range(5):
+            pipeline._step()
+        assert pipeline._producer is healthy and stuck.committed == {}
+        # The partition is not held by the stuck flush: a hand-over completes.
+        done = pipeline.release(state)
+        for _ in range(5):
+            pipeline._step()
+        assert done.is_set()
+    finally:
+        hang.set()
+    # Every record committed once, by the new producer (the stuck one's transaction counted for nothing).
+    assert healthy.calls[0] == "init" and healthy.committed.get(0) == [0, 1, 2, 3, 4]

@@ -337,7 +337,8 @@ class TransactionalPipeline(RecordPipeline, TransactionRecovery):
             if self._commit_offsets is None:
                 # Every record of the transaction acknowledged (or failed) first: the offsets
                 # sent with it must be exactly the end of what it holds.
-                client_call(self._flush, TRANSACTION_TIMEOUT_S)  # and settle the reports it served
+                self._bounded_flush()
+                self._book.settle()  # the reports the flush served
                 if self._abort_needed or any(
                     s.tracker is None or s.tracker.in_flight or s.tracker.blocked for s in self._in_txn.values()
                 ):
@@ -376,6 +377,20 @@ class TransactionalPipeline(RecordPipeline, TransactionRecovery):
                 state.durable = offsets[state.task]
         self._in_txn.clear()
 
+    def _bounded_flush(self) -> None:
+        """``flush()`` inside a transaction, with a deadline: at it the producer is replaced
+        (CallHung). In two runs of test_a_frozen_worker_past_its_session, a worker woken from
+        SIGSTOP past its session was fenced while the offset map's runs were being added to its
+        transaction, and its pipeline went silent for minutes (no error, no release served)
+        while partitions were assigned to it: the map's flush is the call it was in then, by
+        the log's order (not confirmed by a stack), though flush's own timeout is 60 s."""
+        producer = self._producer
+
+        def flush() -> int:  # (named: CallHung's message says which call hung)
+            return int(client_call(producer.flush, TRANSACTION_TIMEOUT_S))
+
+        self._calls.call(flush, deadline_s=HUNG_AFTER_S)
+
     def _write_runs(self) -> bool:
         """Put the runs of the transaction's records into it (all acknowledged: their
         destination offsets are known). False when they could not be and it was aborted."""
@@ -386,7 +401,7 @@ class TransactionalPipeline(RecordPipeline, TransactionRecovery):
         ]
         if self._map is None:
             return True
-        failure = self._map.put(self._producer, runs, lambda: client_call(self._producer.flush, TRANSACTION_TIMEOUT_S))
+        failure = self._map.put(self._producer, runs, self._bounded_flush)
         if failure is not None:
             self._abort(f"the offset map's runs were not written: {failure}")
         return failure is None
