@@ -98,19 +98,27 @@ def _pipeline(consumer: FakeConsumer, producer: TxnProducer, **options: Any) -> 
     )
 
 
-def test_a_hung_send_offsets_replaces_the_producer_and_resumes_from_the_checkpoint(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _hung(
+    monkeypatch: pytest.MonkeyPatch, stuck: TxnProducer, healthy: TxnProducer
+) -> tuple[TransactionalPipeline, PartitionState]:
+    """A pipeline copying five records with ``stuck``, replaced by ``healthy`` once a call hangs
+    past a short deadline; the partition it copies."""
     monkeypatch.setattr(transactional, "HUNG_AFTER_S", 0.2)
     monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
-    hang = threading.Event()
-    stuck = TxnProducer(hang)
-    healthy = TxnProducer()
-    consumer = FakeConsumer({0: list(range(5))})
-    pipeline = _pipeline(consumer, stuck)
+    pipeline = _pipeline(FakeConsumer({0: list(range(5))}), stuck)
     monkeypatch.setattr(pipeline, "_make_producer", lambda _props: healthy)
     state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
     pipeline.add(state, 0)
+    return pipeline, state
+
+
+def test_a_hung_send_offsets_replaces_the_producer_and_resumes_from_the_checkpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hang = threading.Event()
+    stuck = TxnProducer(hang)
+    healthy = TxnProducer()
+    pipeline, state = _hung(monkeypatch, stuck, healthy)
     try:
         for _ in range(5):
             pipeline._step()
@@ -527,14 +535,9 @@ class HangingFlushProducer(TxnProducer):
 def test_a_flush_that_never_returns_inside_a_transaction_replaces_the_producer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(transactional, "HUNG_AFTER_S", 0.2)
-    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
     hang = threading.Event()
     stuck, healthy = HangingFlushProducer(hang), TxnProducer()
-    pipeline = _pipeline(FakeConsumer({0: list(range(5))}), stuck)
-    monkeypatch.setattr(pipeline, "_make_producer", lambda _props: healthy)
-    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
-    pipeline.add(state, 0)
+    pipeline, state = _hung(monkeypatch, stuck, healthy)
     try:
         for _ in range(5):
             pipeline._step()
