@@ -15,6 +15,7 @@ from strait.bench.machine import MachineBusy, check_quiet
 from strait.bench.reader import Arrivals
 from strait.bench.scenarios.harness import DestinationCount
 from strait.bench.scenarios.isolation import (
+    by_second,
     drain_figures,
     isolation_summary,
     mode_of,
@@ -40,6 +41,20 @@ def test_records_are_counted_in_the_window_their_send_time_falls_in() -> None:
     ]
     split = split_windows(sends, measure_from_us=10 * SEC, commit_us=20 * SEC, drained_us=30 * SEC)
     assert split == {"without": [2, 3], "with": [5, 6], "after": [7]}
+
+
+def test_the_drain_s_latencies_are_bucketed_by_the_second_of_their_send_time() -> None:
+    start = 100 * SEC
+    sends = [
+        (start - 1, 999_000),  # before the commit: nowhere
+        (start, 1_000),
+        (start + SEC - 1, 3_000),
+        (start + 2 * SEC, 250_000),  # second 1 sent nothing: no bucket
+        (start + 5 * SEC + 1, 7_000),  # after the drain: nowhere
+    ]
+    rows = by_second(sends, start_us=start, end_us=start + 5 * SEC)
+    assert [(r["s"], r["count"], r["max_ms"]) for r in rows] == [(0, 2, 3.0), (2, 1, 250.0)]
+    assert rows[1]["p99_ms"] == 250.0
 
 
 def test_only_the_realtime_topic_s_benchmark_records_count_probes_and_foreign_values_left_out() -> None:
@@ -194,6 +209,28 @@ def test_the_brokers_are_warmed_once_before_the_first_run_and_each_run_records_i
         ("strait", 1, 1),
     ]
     assert doc["params"]["warm_brokers_s"] == 7.0
+
+
+def test_a_warm_drain_is_one_unmeasured_strait_run_of_that_backlog_before_the_measured_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scenario = importlib.import_module("strait.bench.scenarios.isolation")
+    monkeypatch.setattr(scenario, "warm_brokers", lambda bench, seconds, **kw: None)
+    shapes: list[tuple[str, Any]] = []
+
+    def run(bench: Any, system: str, shape: Any, *, copy: Any, mm2_profile: Any) -> dict[str, Any]:
+        shapes.append((system, shape))
+        return {"system": system, **({"mm2_profile": mm2_profile} if mm2_profile else {})}
+
+    monkeypatch.setattr(scenario, "_isolation_run", run)
+    doc = scenario.isolation(_Bench(), backlog=2_000_000, warm_drain=300_000)  # type: ignore[arg-type]
+    assert [(system, shape.backlog) for system, shape in shapes] == [
+        ("strait", 300_000),
+        ("strait", 2_000_000),
+        ("mm2", 2_000_000),
+    ]
+    assert [r["system"] for r in doc["runs"]] == ["strait", "mm2"]  # the warm drain is not a result
+    assert doc["params"]["warm_drain"] == 300_000
 
 
 def test_each_pacing_runs_strait_once_with_its_worker_environment_and_its_own_label(

@@ -253,6 +253,11 @@ def isolation(
         help="The batch pipeline's pace next to realtime partitions, per Strait run: default (the worker's), "
         "latency[:budget ms], fixed[:MB/s], off (comma-separated; each Strait mode runs once per pacing).",
     ),
+    warm_drain: int = typer.Option(
+        0,
+        help="Records of a backlog an unmeasured Strait run drains after --warm-brokers, warming the drain's "
+        "paths (0: none).",
+    ),
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
@@ -292,6 +297,7 @@ def isolation(
             mm2_profiles=profiles,
             warm_brokers_s=warm_brokers,
             pacings=pacings,
+            warm_drain=warm_drain,
         )
         return [result]
 

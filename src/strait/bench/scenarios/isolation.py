@@ -102,6 +102,7 @@ def isolation(
     mm2_profiles: Sequence[str] = ("default",),
     warm_brokers_s: float = 20.0,
     pacings: Sequence[str | None] = (None,),
+    warm_drain: int = 0,
 ) -> dict[str, Any]:
     """Realtime latency without and with a backlog draining, per system, in one invocation.
 
@@ -114,6 +115,9 @@ def isolation(
     its place (``order``, 0 = first).
     ``pacings``: the batch pipeline's pace next to realtime partitions in Strait's workers
     (:func:`pacing_env`; None: the worker's configured one), each Strait mode once per pacing.
+    ``warm_drain``: records of a backlog drained by an unmeasured Strait run after the broker
+    warm-up (0: none), so the first measured drain does not meet brokers whose drain paths (large
+    ``read_committed`` fetches, large appends) are still cold; its figures are logged, not kept.
     """
     for pacing in pacings:
         pacing_env(pacing)  # an unknown pacing fails before any run
@@ -125,6 +129,10 @@ def isolation(
     warm_brokers(
         bench, warm_brokers_s, rate=max(rate, _WARM_RATE), partitions=partitions, size=size, scenario="isolation"
     )
+    if warm_drain > 0:
+        bench.log(f"isolation: warming the brokers with a drain of {warm_drain:,} records (not measured)")
+        warm = Shape(rate, warm_drain, partitions, backlog_partitions, size, 5.0, 5.0, drain_timeout_s, 1.0, 1)
+        bench.log(f"  -> {describe_run(_isolation_run(bench, 'strait', warm, copy=None, mm2_profile=None))}")
     runs: list[dict[str, Any]] = []
     for repeat in range(repeats):
         order = 0
@@ -165,6 +173,7 @@ def isolation(
             "mm2_extra": MM2_READ_COMMITTED,
             "warm_brokers_s": warm_brokers_s,
             "pacings": [p or "default" for p in pacings],
+            "warm_drain": warm_drain,
         },
         "goal_p99_ratio": GOAL_P99_RATIO,
         "runs": runs,
@@ -257,6 +266,7 @@ def _measure(bench: Bench, session: Live, shape: Shape, realtime: str, lagging: 
     }
     for name in WINDOWS:
         result[f"latency_{name}"] = {k: round(v, 3) for k, v in latency_summary(split[name]).items()}
+    result["with_by_second"] = by_second(realtime_sends(arrivals, realtime), start_us=commit_us, end_us=drained_us)
     result.update(window_ratios(result))
     result["drain"] = {**drain, **drain_figures(drain, commit_us, shape.backlog)}
     # The probes (one record per partition, sent before the traffic) are not part of the rate.
@@ -337,6 +347,21 @@ def split_windows(
             out["with"].append(latency)
         elif sent > drained_us:
             out["after"].append(latency)
+    return out
+
+
+def by_second(sends: Iterable[tuple[int, int]], *, start_us: int, end_us: int) -> list[dict[str, Any]]:
+    """Per second of send time from ``start_us`` to ``end_us``: records and their p50 / p99 / max
+    (ms), so a run shows whether its tail came from one stretch of the drain or all of it."""
+    buckets: dict[int, list[int]] = {}
+    for sent, latency in sends:
+        if start_us <= sent <= end_us:
+            buckets.setdefault((sent - start_us) // SEC, []).append(latency)
+    out = []
+    for second in sorted(buckets):
+        summary = latency_summary(buckets[second])
+        figures = {k: round(summary[k], 1) for k in ("p50_ms", "p99_ms", "max_ms")}
+        out.append({"s": second, "count": summary["count"], **figures})
     return out
 
 
@@ -441,6 +466,10 @@ def describe_run(run: dict[str, Any]) -> str:
         )
     drain = run.get("drain") or {}
     load = run.get("load") or {}
+    seconds = run.get("with_by_second") or []
+    if seconds:
+        worst = max(seconds, key=lambda s: s["p99_ms"])
+        parts.append(f"worst second {worst['s']} of the drain p99 {worst['p99_ms']:.1f} ms")
     return (
         "; ".join(parts)
         + f"; p99 with/without {run.get('ratio_p99')}; backlog "
