@@ -29,6 +29,11 @@ JVM_OPTIONS = (
 )
 
 
+# Options added to every long-running sandbox JVM (brokers, ZooKeeper), for diagnosis: e.g.
+# ``-Xlog:gc:file=/tmp/gc-%p.log`` shows whether a latency spike was a broker's GC pause.
+EXTRA_OPTIONS_ENV = "STRAIT_SANDBOX_JVM_OPTS"
+
+
 def spawn_java(
     *,
     classpath: str,
@@ -40,7 +45,8 @@ def spawn_java(
 ) -> int:
     """Start ``main_class`` detached, stdout and stderr to ``log_file``; return its pid."""
     props = [f"-D{k}={v}" for k, v in (system_properties or {}).items()]
-    cmd = [java_binary(), f"-Xmx{heap}", *JVM_OPTIONS, *props, "-cp", classpath, main_class, *args]
+    extra = os.environ.get(EXTRA_OPTIONS_ENV, "").split()
+    cmd = [java_binary(), f"-Xmx{heap}", *JVM_OPTIONS, *extra, *props, "-cp", classpath, main_class, *args]
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(
