@@ -29,11 +29,6 @@ JVM_OPTIONS = (
 )
 
 
-# Options added to every long-running sandbox JVM (brokers, ZooKeeper), for diagnosis: e.g.
-# ``-Xlog:gc:file=/tmp/gc-%p.log`` shows whether a latency spike was a broker's GC pause.
-EXTRA_OPTIONS_ENV = "STRAIT_SANDBOX_JVM_OPTS"
-
-
 def spawn_java(
     *,
     classpath: str,
@@ -42,11 +37,12 @@ def spawn_java(
     log_file: Path,
     heap: str = "384m",
     system_properties: dict[str, str] | None = None,
+    extra_options: Sequence[str] = (),
 ) -> int:
-    """Start ``main_class`` detached, stdout and stderr to ``log_file``; return its pid."""
+    """Start ``main_class`` detached, stdout and stderr to ``log_file``; return its pid.
+    ``extra_options`` come after :data:`JVM_OPTIONS`, so they win over them."""
     props = [f"-D{k}={v}" for k, v in (system_properties or {}).items()]
-    extra = os.environ.get(EXTRA_OPTIONS_ENV, "").split()
-    cmd = [java_binary(), f"-Xmx{heap}", *JVM_OPTIONS, *extra, *props, "-cp", classpath, main_class, *args]
+    cmd = [java_binary(), f"-Xmx{heap}", *JVM_OPTIONS, *extra_options, *props, "-cp", classpath, main_class, *args]
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(

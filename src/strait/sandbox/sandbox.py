@@ -28,6 +28,10 @@ from strait.sandbox.errors import SandboxError
 from strait.sandbox.security import Credentials, SecurityMode
 
 STATE_FILE = "state.json"
+# JVM options added to every broker the sandbox starts (after its own, so they win), for
+# diagnosis and for benchmarks: e.g. ``-Xlog:gc:file=/tmp/gc-%p.log`` shows whether a latency
+# spike was a broker's GC pause.
+BROKER_JVM_OPTIONS_ENV = "STRAIT_SANDBOX_BROKER_JVM_OPTS"
 
 
 def default_state_dir() -> Path:
@@ -307,6 +311,7 @@ class Sandbox:
             log_file=Path(broker.log),
             heap=heap,
             system_properties={"log4j2.configurationFile": str(self.state_dir / "log4j2.properties")},
+            extra_options=os.environ.get(BROKER_JVM_OPTIONS_ENV, "").split(),
         )
 
     def _wait_ready(self, timeout_s: float) -> None:
