@@ -222,6 +222,50 @@ def test_sharing_paces_by_each_windows_realtime_latency() -> None:
         assert sys.getswitchinterval() == before
 
 
+def test_a_window_with_a_backlog_s_last_records_is_judged_by_the_other_topics_records() -> None:
+    clock = Clock()
+    topics = {"live": Buckets(), "caught-up": Buckets()}
+
+    def all_topics() -> BucketCounts:
+        snaps = [b.snapshot() for b in topics.values()]
+        return snaps[0].plus(snaps[1])
+
+    config = BatchSharingConfig(start_mb_s=8, floor_mb_s=2, ceiling_mb_s=16, latency_budget_ms=30)
+    sharing = Sharing(
+        config,
+        clock=clock,
+        latency=all_topics,
+        latency_by_topic=lambda: {t: b.snapshot() for t, b in topics.items()},
+        environ={},
+    )
+    try:
+        topics["live"].observe(0.010, 1000)
+        sharing.share(True)
+        assert sharing.pace is not None
+
+        def window(live_s: float, old_s: float | None, arriving: frozenset[str]) -> float:
+            topics["live"].observe(live_s, 1000)
+            if old_s is not None:
+                topics["caught-up"].observe(old_s, 300)
+            sharing.spend(8 * MB)
+            clock.now += 1.0
+            sharing.share(True, arriving=bool(arriving), arriving_topics=arriving)
+            assert sharing.pace is not None
+            return sharing.pace.rate / MB
+
+        old = frozenset({"caught-up"})
+        # The backlog's last records are 30 s old, the live topic's within budget: it grows.
+        assert window(0.010, 30.0, old) == 10
+        # The live topic's own records over budget while the other finishes: cut, not held.
+        assert window(0.450, 30.0, old) == 5
+        # Every realtime topic is finishing a backlog: nothing else to judge by, the pace holds.
+        assert window(0.010, 30.0, frozenset({"caught-up", "live"})) == 5
+        # Once no topic arrives, every topic counts again (the old one's records are live now).
+        assert window(0.010, 0.010, frozenset()) == 6
+    finally:
+        sharing.close()
+
+
 def test_idle_realtime_partitions_leave_the_backlog_unpaced_until_their_records_flow_again() -> None:
     clock, realtime = Clock(), Realtime()
     config = BatchSharingConfig(start_mb_s=8, floor_mb_s=2, ceiling_mb_s=16, latency_budget_ms=30)

@@ -286,11 +286,20 @@ class SharingPipe(Pipe):
         self.told: list[bool] = []
         self.settled: list[bool] = []
         self.arriving: list[bool] = []
+        self.arriving_topics: list[frozenset[str]] = []
 
-    def share(self, realtime: bool, *, settled: bool = False, arriving: bool = False) -> None:
+    def share(
+        self,
+        realtime: bool,
+        *,
+        settled: bool = False,
+        arriving: bool = False,
+        arriving_topics: frozenset[str] = frozenset(),
+    ) -> None:
         self.told.append(realtime)
         self.settled.append(settled)
         self.arriving.append(arriving)
+        self.arriving_topics.append(arriving_topics)
 
 
 def test_the_batch_pipeline_is_told_while_realtime_partitions_share_the_worker() -> None:
@@ -355,6 +364,9 @@ def test_the_pace_is_told_while_a_caught_up_backlog_finishes_in_the_realtime_pip
     placement.classify(entries, 12.0)
     placement.classify(entries, 13.0)
     assert batch.arriving == [False, False, True, True]  # its old records still to copy
+    # (Named by destination topic, so the pace judges the window by the other topics' records.)
+    assert batch.arriving_topics[-1] == frozenset({backlog.state.task.destination_topic})
+    assert batch.arriving_topics[0] == frozenset()
     _copy_to(backlog, end)  # settled now, acknowledged within the last window
     placement.classify(entries, 14.0)
     placement.classify(entries, 15.0)

@@ -168,6 +168,11 @@ class RouteObserver:
                 merged = snap if merged is None else merged.plus(snap)
         return merged
 
+    def end_to_end_by_topic(self, pipeline: str) -> dict[str, BucketCounts]:
+        """One pipeline's end-to-end latency so far, per destination topic: the latency pace
+        leaves out topics whose partitions are finishing a backlog in the realtime pipeline."""
+        return {topic: b.snapshot() for (name, topic), b in self._e2e.copy().items() if name == pipeline}
+
     def offset_gaps(self) -> dict[str, int]:
         return dict(self._gaps)
 

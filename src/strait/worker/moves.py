@@ -222,7 +222,7 @@ class Moves:
         realtime records wait for. ``arriving`` flags the windows in which the realtime
         pipeline still copied a partition's old records (up to and including the one in which
         they were all acknowledged)."""
-        arriving = False
+        arriving: set[str] = set()  # their destination topics
         for entry in entries:
             end = entry.arriving_end
             if end is None:
@@ -231,7 +231,7 @@ class Moves:
             if entry.pipeline is not self.realtime or entry.state.failed or tracker is None:
                 entry.arriving_end = None
                 continue
-            arriving = True
+            arriving.add(entry.state.task.destination_topic)
             if tracker.position >= end or now - entry.since >= ARRIVING_S:
                 entry.arriving_end = None  # (this window still flagged: it may hold the last)
         running = [e.state for e in entries if e.pipeline is self.realtime and not e.state.failed]
@@ -241,7 +241,8 @@ class Moves:
         share(
             bool(running) and any(e.pipeline is self.batch for e in entries),
             settled=all(map(settled, running)),
-            arriving=arriving,
+            arriving=bool(arriving),
+            arriving_topics=frozenset(arriving),
         )
 
     def target(self, entry: Entry, lag: int, now: float = 0.0) -> Pipeline | None:

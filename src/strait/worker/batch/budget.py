@@ -139,6 +139,7 @@ class Sharing:
         *,
         clock: Callable[[], float] = time.monotonic,
         latency: Callable[[], BucketCounts | None] | None = None,
+        latency_by_topic: Callable[[], Mapping[str, BucketCounts]] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self._clock = clock
@@ -172,20 +173,34 @@ class Sharing:
         # The latency histogram at the last window's end: from now on, not the process's past
         # (one observer per route lives as long as the process).
         self._seen: BucketCounts | None = latency() if latency is not None else None
+        # The same per destination topic, so a window in which some topics' partitions finish a
+        # backlog in the realtime pipeline is judged by the other topics' records (below).
+        self._by_topic = latency_by_topic
+        self._seen_by_topic: Mapping[str, BucketCounts] = latency_by_topic() if latency_by_topic is not None else {}
         self._fetched = 0  # bytes fetched so far (the pipeline's thread adds, the control thread reads)
         self._fetched_seen = 0
 
-    def share(self, shared: bool, *, settled: bool = False, arriving: bool = False) -> None:
+    def share(
+        self,
+        shared: bool,
+        *,
+        settled: bool = False,
+        arriving: bool = False,
+        arriving_topics: frozenset[str] = frozenset(),
+    ) -> None:
         """Realtime partitions run in this worker (True) or not any more (False); ``settled``:
         they have every record they know of acknowledged; ``arriving``: some of them came from a
-        backlog and may have copied its last records in this window (the pace holds). Any
-        thread. Called once a second (the copier's classification): each call ends a pacing
-        window."""
+        backlog and may have copied its last records in this window, in the destination topics
+        ``arriving_topics`` (the window is judged by the other topics' records; with none, the
+        pace holds). Any thread. Called once a second (the copier's classification): each call
+        ends a pacing window."""
         with self._lock:
             shared = shared and self._enabled and not self._closed
             # (A window that ran unpaced because the realtime side was idle taught nothing about
             # the pace.)
-            self._end_window(paced=self.shared and not self.idle, settled=settled, arriving=arriving)
+            self._end_window(
+                paced=self.shared and not self.idle, settled=settled, arriving=arriving, arriving_topics=arriving_topics
+            )
             self._turn(shared)
 
     def _turn(self, shared: bool) -> None:
@@ -199,7 +214,14 @@ class Sharing:
         _short_switches(shared)
         self.shared = shared
 
-    def _end_window(self, *, paced: bool, settled: bool = False, arriving: bool = False) -> None:
+    def _end_window(
+        self,
+        *,
+        paced: bool,
+        settled: bool = False,
+        arriving: bool = False,
+        arriving_topics: frozenset[str] = frozenset(),
+    ) -> None:
         pace, probe = self.pace, self._latency
         if pace is None or probe is None:
             return
@@ -208,6 +230,13 @@ class Sharing:
         self.idle = settled and (window is None or window.count == 0)
         if seen is not None:
             self._seen = seen
+        others = self._others_window(arriving_topics)
+        if arriving and others is not None:
+            # The backlog's old records are in their own topics: the rest of the realtime
+            # records say what the backlog costs, as in any window. (Holding on every such
+            # window let one pace keep 17.9 MB/s through two windows whose p99 was 462 and
+            # 485 ms, most of it the realtime topic's own records: isolation run, 2026-12-02.)
+            window, arriving = others, False
         fetched = self._fetched
         batch_bytes, self._fetched_seen = fetched - self._fetched_seen, fetched
         before = pace.rate
@@ -253,6 +282,25 @@ class Sharing:
                 pace.budget() * 1000,
                 batch_bytes,
             )
+
+    def _others_window(self, arriving_topics: frozenset[str]) -> BucketCounts | None:
+        """This window's end-to-end latency of the realtime topics not in ``arriving_topics``
+        (None without per-topic figures, without arriving topics, or without such records)."""
+        probe = self._by_topic
+        if probe is None:
+            return None
+        seen = probe()
+        before, self._seen_by_topic = self._seen_by_topic, seen
+        if not arriving_topics:
+            return None
+        merged: BucketCounts | None = None
+        for topic, counts in seen.items():
+            if topic in arriving_topics:
+                continue
+            earlier = before.get(topic)
+            window = counts if earlier is None else counts.minus(earlier)
+            merged = window if merged is None else merged.plus(window)
+        return merged if merged is not None and merged.count > 0 else None
 
     def close(self) -> None:
         """The pipeline stopped: the process's switch interval as it was, for good (a late

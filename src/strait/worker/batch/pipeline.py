@@ -113,10 +113,12 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         # Fetch caps: a fixed one if asked, paced while realtime partitions share the worker,
         # by the realtime pipeline's own end-to-end latency (strait.worker.batch.budget).
         realtime_latency = getattr(observer, "end_to_end_of", None)
+        by_topic = getattr(observer, "end_to_end_by_topic", None)
         self._sharing = Sharing(
             sharing,
             clock=lambda: time.monotonic(),
             latency=None if realtime_latency is None else partial(realtime_latency, REALTIME),
+            latency_by_topic=None if by_topic is None else partial(by_topic, REALTIME),
         )
         self._thread = threading.Thread(target=self._run, name=f"strait-copy-{client_id}-{name}", daemon=True)
 
@@ -131,12 +133,20 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
             state.mode = "batch"
             self._commands.put(partial(self._add, state, tracker))
 
-    def share(self, realtime: bool, *, settled: bool = False, arriving: bool = False) -> None:
+    def share(
+        self,
+        realtime: bool,
+        *,
+        settled: bool = False,
+        arriving: bool = False,
+        arriving_topics: frozenset[str] = frozenset(),
+    ) -> None:
         """The worker's realtime pipeline holds partitions (True) or none: while it does, this
         pipeline paces its fetches and smaller ones (strait.worker.batch.budget.Sharing).
         ``settled``: the realtime partitions have every record they know of acknowledged;
-        ``arriving``: some came from a backlog lately and are finishing it. Any thread."""
-        self._sharing.share(realtime, settled=settled, arriving=arriving)
+        ``arriving``: some came from a backlog lately and are finishing it, in the destination
+        topics ``arriving_topics``. Any thread."""
+        self._sharing.share(realtime, settled=settled, arriving=arriving, arriving_topics=arriving_topics)
 
     def _close_unstarted(self) -> None:
         # (Told to share before it ever ran: the switch interval as it was.)
