@@ -207,7 +207,7 @@ def test_sharing_paces_by_each_windows_realtime_latency() -> None:
         realtime.observe(30.0, 200)  # a caught-up backlog's last records, copied by the realtime pipeline
         sharing.spend(8 * MB)
         clock.now += 1.0
-        sharing.share(True, arriving=True)
+        sharing.share(True, arriving=frozenset({"caught-up"}))
         assert sharing.pace.rate == 7.25 * MB  # held, not halved
         clock.now += 10
         assert sharing.max_bytes(64 * MB) == 725_000  # refilled at the new rate, 7.25 MB/s (12.5 halved, +1)
@@ -249,7 +249,7 @@ def test_a_window_with_a_backlog_s_last_records_is_judged_by_the_other_topics_re
                 topics["caught-up"].observe(old_s, 300)
             sharing.spend(8 * MB)
             clock.now += 1.0
-            sharing.share(True, arriving=bool(arriving), arriving_topics=arriving)
+            sharing.share(True, arriving=arriving)
             assert sharing.pace is not None
             return sharing.pace.rate / MB
 

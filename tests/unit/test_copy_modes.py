@@ -293,13 +293,12 @@ class SharingPipe(Pipe):
         realtime: bool,
         *,
         settled: bool = False,
-        arriving: bool = False,
-        arriving_topics: frozenset[str] = frozenset(),
+        arriving: frozenset[str] = frozenset(),
     ) -> None:
         self.told.append(realtime)
         self.settled.append(settled)
-        self.arriving.append(arriving)
-        self.arriving_topics.append(arriving_topics)
+        self.arriving.append(bool(arriving))
+        self.arriving_topics.append(arriving)
 
 
 def test_the_batch_pipeline_is_told_while_realtime_partitions_share_the_worker() -> None:

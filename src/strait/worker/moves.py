@@ -241,8 +241,7 @@ class Moves:
         share(
             bool(running) and any(e.pipeline is self.batch for e in entries),
             settled=all(map(settled, running)),
-            arriving=bool(arriving),
-            arriving_topics=frozenset(arriving),
+            arriving=frozenset(arriving),
         )
 
     def target(self, entry: Entry, lag: int, now: float = 0.0) -> Pipeline | None:

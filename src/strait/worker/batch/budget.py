@@ -185,22 +185,19 @@ class Sharing:
         shared: bool,
         *,
         settled: bool = False,
-        arriving: bool = False,
-        arriving_topics: frozenset[str] = frozenset(),
+        arriving: frozenset[str] = frozenset(),
     ) -> None:
         """Realtime partitions run in this worker (True) or not any more (False); ``settled``:
-        they have every record they know of acknowledged; ``arriving``: some of them came from a
-        backlog and may have copied its last records in this window, in the destination topics
-        ``arriving_topics`` (the window is judged by the other topics' records; with none, the
-        pace holds). Any thread. Called once a second (the copier's classification): each call
-        ends a pacing window."""
+        they have every record they know of acknowledged; ``arriving``: the destination topics
+        of those that came from a backlog and may have copied its last records in this window
+        (the window is judged by the other topics' records; with none, the pace holds). Any
+        thread. Called once a second (the copier's classification): each call ends a pacing
+        window."""
         with self._lock:
             shared = shared and self._enabled and not self._closed
             # (A window that ran unpaced because the realtime side was idle taught nothing about
             # the pace.)
-            self._end_window(
-                paced=self.shared and not self.idle, settled=settled, arriving=arriving, arriving_topics=arriving_topics
-            )
+            self._end_window(paced=self.shared and not self.idle, settled=settled, arriving=arriving)
             self._turn(shared)
 
     def _turn(self, shared: bool) -> None:
@@ -219,8 +216,7 @@ class Sharing:
         *,
         paced: bool,
         settled: bool = False,
-        arriving: bool = False,
-        arriving_topics: frozenset[str] = frozenset(),
+        arriving: frozenset[str] = frozenset(),
     ) -> None:
         pace, probe = self.pace, self._latency
         if pace is None or probe is None:
@@ -230,13 +226,14 @@ class Sharing:
         self.idle = settled and (window is None or window.count == 0)
         if seen is not None:
             self._seen = seen
-        others = self._others_window(arriving_topics)
-        if arriving and others is not None:
+        others = self._others_window(arriving)
+        held_back = bool(arriving)  # a caught-up backlog's last records may be in this window
+        if held_back and others is not None:
             # The backlog's old records are in their own topics: the rest of the realtime
             # records say what the backlog costs, as in any window. (Holding on every such
             # window let one pace keep 17.9 MB/s through two windows whose p99 was 462 and
             # 485 ms, most of it the realtime topic's own records: isolation run, 2026-12-02.)
-            window, arriving = others, False
+            window, held_back = others, False
         fetched = self._fetched
         batch_bytes, self._fetched_seen = fetched - self._fetched_seen, fetched
         before = pace.rate
@@ -245,7 +242,7 @@ class Sharing:
                 p99_s=None if window is None else window.quantile(0.99),
                 samples=0 if window is None else window.count,
                 batch_bytes=batch_bytes,
-                arriving=arriving,
+                arriving=held_back,
             ),
             paced=paced,
         )
@@ -254,7 +251,7 @@ class Sharing:
         if budget is not None and rate != budget.rate:
             budget.set_rate(rate)
         if (
-            arriving
+            held_back
             and window is not None
             and pace.last.startswith("hold: a caught-up")
             and ((window.quantile(0.99) or 0) > pace.budget())
@@ -283,19 +280,19 @@ class Sharing:
                 batch_bytes,
             )
 
-    def _others_window(self, arriving_topics: frozenset[str]) -> BucketCounts | None:
-        """This window's end-to-end latency of the realtime topics not in ``arriving_topics``
-        (None without per-topic figures, without arriving topics, or without such records)."""
+    def _others_window(self, arriving: frozenset[str]) -> BucketCounts | None:
+        """This window's end-to-end latency of the realtime topics not in ``arriving`` (None
+        without per-topic figures, without arriving topics, or without such records)."""
         probe = self._by_topic
         if probe is None:
             return None
         seen = probe()
         before, self._seen_by_topic = self._seen_by_topic, seen
-        if not arriving_topics:
+        if not arriving:
             return None
         merged: BucketCounts | None = None
         for topic, counts in seen.items():
-            if topic in arriving_topics:
+            if topic in arriving:
                 continue
             earlier = before.get(topic)
             window = counts if earlier is None else counts.minus(earlier)

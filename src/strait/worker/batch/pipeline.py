@@ -138,15 +138,14 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         realtime: bool,
         *,
         settled: bool = False,
-        arriving: bool = False,
-        arriving_topics: frozenset[str] = frozenset(),
+        arriving: frozenset[str] = frozenset(),
     ) -> None:
         """The worker's realtime pipeline holds partitions (True) or none: while it does, this
         pipeline paces its fetches and smaller ones (strait.worker.batch.budget.Sharing).
         ``settled``: the realtime partitions have every record they know of acknowledged;
-        ``arriving``: some came from a backlog lately and are finishing it, in the destination
-        topics ``arriving_topics``. Any thread."""
-        self._sharing.share(realtime, settled=settled, arriving=arriving, arriving_topics=arriving_topics)
+        ``arriving``: the destination topics of those that came from a backlog lately and are
+        finishing it. Any thread."""
+        self._sharing.share(realtime, settled=settled, arriving=arriving)
 
     def _close_unstarted(self) -> None:
         # (Told to share before it ever ran: the switch interval as it was.)
