@@ -112,6 +112,13 @@ def _hung(
     return pipeline, state
 
 
+def _hand_over_completes(pipeline: TransactionalPipeline, state: PartitionState) -> None:
+    done = pipeline.release(state)
+    for _ in range(5):
+        pipeline._step()
+    assert done.is_set()
+
+
 def test_a_hung_send_offsets_replaces_the_producer_and_resumes_from_the_checkpoint(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -125,10 +132,7 @@ def test_a_hung_send_offsets_replaces_the_producer_and_resumes_from_the_checkpoi
         assert "send_offsets" in stuck.calls and pipeline._producer is healthy
         assert state.checkpoint == 0 and state.error is None, "nothing of the stuck transaction may count"
         # The partition is not held by the stuck call: a hand-over completes.
-        done = pipeline.release(state)
-        for _ in range(5):
-            pipeline._step()
-        assert done.is_set()
+        _hand_over_completes(pipeline, state)
     finally:
         hang.set()
     assert healthy.calls[0] == "init"
@@ -543,10 +547,7 @@ def test_a_flush_that_never_returns_inside_a_transaction_replaces_the_producer(
             pipeline._step()
         assert pipeline._producer is healthy and stuck.committed == {}
         # The partition is not held by the stuck flush: a hand-over completes.
-        done = pipeline.release(state)
-        for _ in range(5):
-            pipeline._step()
-        assert done.is_set()
+        _hand_over_completes(pipeline, state)
     finally:
         hang.set()
     # Every record committed once, by the new producer (the stuck one's transaction counted for nothing).

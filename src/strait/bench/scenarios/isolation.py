@@ -256,9 +256,8 @@ def _measure(bench: Bench, session: Live, shape: Shape, realtime: str, lagging: 
     started_us, ended_us = windows[0]
     measure_from_us = started_us + int(shape.warmup_s * SEC)
     drained_us = drain.get("done_us") or drain["last_us"]
-    split = split_windows(
-        realtime_sends(arrivals, realtime), measure_from_us=measure_from_us, commit_us=commit_us, drained_us=drained_us
-    )
+    sends = realtime_sends(arrivals, realtime)
+    split = split_windows(sends, measure_from_us=measure_from_us, commit_us=commit_us, drained_us=drained_us)
     result["windows_s"] = {
         "without": round((commit_us - _EDGE_US - measure_from_us) / SEC, 2),
         "with": round((drained_us - commit_us) / SEC, 2),
@@ -266,7 +265,7 @@ def _measure(bench: Bench, session: Live, shape: Shape, realtime: str, lagging: 
     }
     for name in WINDOWS:
         result[f"latency_{name}"] = {k: round(v, 3) for k, v in latency_summary(split[name]).items()}
-    result["with_by_second"] = by_second(realtime_sends(arrivals, realtime), start_us=commit_us, end_us=drained_us)
+    result["with_by_second"] = by_second(sends, start_us=commit_us, end_us=drained_us)
     result.update(window_ratios(result))
     result["drain"] = {**drain, **drain_figures(drain, commit_us, shape.backlog)}
     # The probes (one record per partition, sent before the traffic) are not part of the rate.
