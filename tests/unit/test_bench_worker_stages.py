@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from strait.bench.scenarios.latency import stages_words
+from types import SimpleNamespace
+
+from strait.bench.report import _latency_md
+from strait.bench.scenarios.latency import broker_cpu_words, broker_pids, stages_words
 from strait.bench.worker_stages import summarize, windows_of
 
 
@@ -36,3 +39,32 @@ def test_windows_inside_the_measured_interval_are_condensed_per_stage() -> None:
 def test_a_report_without_latency_figures_gives_no_window() -> None:
     assert windows_of("w1", {"updated": 1.0, "partitions": {}}) == []
     assert summarize([], after=0.0, before=1.0) == {}
+
+
+def test_the_brokers_cpu_is_named_per_cluster() -> None:
+    assert broker_cpu_words({"source": 71.4, "destination": 48.0}) == "brokers' CPU: source 71 %, destination 48 %"
+
+
+def test_broker_pids_are_the_running_brokers_of_one_cluster() -> None:
+    def cluster(*pids: int | None) -> SimpleNamespace:
+        return SimpleNamespace(brokers=[SimpleNamespace(pid=pid) for pid in pids])
+
+    bench = SimpleNamespace(sandbox=SimpleNamespace(clusters={"src": cluster(11, None), "dst": cluster(21, 22)}))
+    assert broker_pids(bench, "src") == [11]  # type: ignore[arg-type]
+    assert broker_pids(bench, "dst") == [21, 22]  # type: ignore[arg-type]
+
+
+def test_the_latency_table_shows_the_brokers_cpu_and_a_dash_for_older_results() -> None:
+    def run(system: str, **extra: object) -> dict[str, object]:
+        return {"rate": 10000.0, "system": system, "latency": {"p50_ms": 8.0, "p99_ms": 40.0}, **extra}
+
+    doc = {
+        "runs": [run("strait", broker_cpu_percent={"source": 71.0, "destination": 48.0}), run("mm2")],
+        "ratios": [],
+    }
+    table = "\n".join(_latency_md(doc))
+    assert "destination broker CPU" in table
+    strait = next(line for line in table.splitlines() if "| Strait |" in line)
+    mm2 = next(line for line in table.splitlines() if "| MM2 |" in line)
+    assert "| 71 % | 48 % |" in strait
+    assert "| — | — |" in mm2

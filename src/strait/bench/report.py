@@ -92,6 +92,8 @@ def _latency_md(doc: dict[str, Any]) -> list[str]:
                 _n(lat.get("p999_ms"), 1),
                 _n(lat.get("max_ms"), 1),
                 _n(r.get("cpu_percent"), 0, " %"),
+                _n(r.get("broker_cpu_percent", {}).get("source"), 0, " %"),
+                _n(r.get("broker_cpu_percent", {}).get("destination"), 0, " %"),
                 _verdict(r),
             ]
         )
@@ -106,6 +108,8 @@ def _latency_md(doc: dict[str, Any]) -> list[str]:
             "p99.9 ms",
             "max ms",
             "replicator CPU",
+            "source broker CPU",
+            "destination broker CPU",
             VERDICT_HEADER,
         ],
         rows,
@@ -232,7 +236,9 @@ _SECTIONS: dict[str, tuple[str, str, Callable[[dict[str, Any]], list[str]]]] = {
         "A producer sends at a fixed rate (its own process); an independent reader (its own process) consumes the "
         "destination. Latency = arrival at the reader minus the send time stamped in the record, same host clock; "
         "the first seconds (warm-up) are excluded. Replicator CPU is its processes' CPU time over the run divided "
-        "by wall time (100 % = one core).",
+        "by wall time (100 % = one core); the source and destination broker CPU are the sandbox brokers' over the "
+        "same interval (one broker per cluster: what the replicator's fetches and produce requests, the producer's "
+        "and the reader's cost the clusters on the same two cores).",
         _latency_md,
     ),
     "add-topics": (

@@ -71,6 +71,8 @@ def latency(
                         f"p99.9 {lat.get('p999_ms', float('nan')):.1f} ms, {missing_words(run.get('verify', {}))}"
                         + (f" FAILED: {run['error']}" if run.get("error") else "")
                     )
+                    if run.get("broker_cpu_percent"):
+                        bench.log(f"     {broker_cpu_words(run['broker_cpu_percent'])}")
                     if run.get("worker_stages"):
                         bench.log(f"     worker: {stages_words(run['worker_stages'])}")
     ratios = latency_ratios(runs, rates)
@@ -143,6 +145,10 @@ def _latency_run(
             )
             meter = ProcessMeter()
             cpu0 = meter.sample(replicator.pids())
+            # The brokers' CPU over the same interval: what each system's requests cost the
+            # clusters (on this machine they share the cores with the replicator).
+            brokers = {role: (ProcessMeter(), broker_pids(bench, cluster)) for role, cluster in _clusters(bench)}
+            broker0 = {role: m.sample(pids) for role, (m, pids) in brokers.items()}
             # Strait's own view of where the time goes (its workers' stats reports, per stage).
             zookeeper, root = getattr(replicator, "zookeeper", None), getattr(replicator, "root", None)
             names = getattr(replicator, "worker_names", [])
@@ -151,6 +157,7 @@ def _latency_run(
                 session.produce("steady", {topic: partitions}, rate=rate, duration_s=warmup_s + duration_s, size=size)
                 session.producers[0].wait(3600)
                 cpu1 = meter.sample(replicator.pids())
+                broker1 = {role: m.sample(pids) for role, (m, pids) in brokers.items()}
             finally:
                 stage_windows = stages.stop() if stages is not None else []
             arrivals, windows = session.finish(drain_s=60)
@@ -168,7 +175,11 @@ def _latency_run(
             result["achieved_rate"] = round(
                 (sum(session.expected.values()) - partitions) / ((ended_us - started_us) / SEC), 1
             )
-            result["cpu_percent"] = round(100 * (cpu1 - cpu0) / ((ended_us - started_us) / SEC), 1)
+            elapsed_s = (ended_us - started_us) / SEC
+            result["cpu_percent"] = round(100 * (cpu1 - cpu0) / elapsed_s, 1)
+            result["broker_cpu_percent"] = {
+                role: round(100 * (broker1[role] - broker0[role]) / elapsed_s, 1) for role in brokers
+            }
             result["peak_rss_mb"] = round(meter.peak_rss_total_mb(), 1)
             result["verify"] = verdict(bench, replicator, arrivals, session.expected)
             if stages is not None:
@@ -178,6 +189,20 @@ def _latency_run(
                 )
 
     return run_safely(result, body)
+
+
+def _clusters(bench: Bench) -> list[tuple[str, str]]:
+    return [("source", bench.src_cluster), ("destination", bench.dst_cluster)]
+
+
+def broker_pids(bench: Bench, cluster: str) -> list[int]:
+    """The sandbox's running broker processes of ``cluster``."""
+    return [b.pid for b in bench.sandbox.clusters[cluster].brokers if b.pid]
+
+
+def broker_cpu_words(cpu: dict[str, float]) -> str:
+    """``brokers' CPU: source 71 %, destination 48 %`` (100 % = one core)."""
+    return "brokers' CPU: " + ", ".join(f"{role} {value:.0f} %" for role, value in cpu.items())
 
 
 # How long a worker's stats report window is (worker.stats_interval_s's default).
