@@ -378,7 +378,8 @@ class BatchSharingConfig(_Model):
     p99 on this worker (strait.worker.batch.pace): it grows while the p99 stays within the
     budget and is halved when it goes over, between ``floor_mb_s`` and ``ceiling_mb_s``. The
     budget is ``latency_budget_ms``, or, unset, ``budget_ratio`` times the p99 the worker saw
-    while no backlog drained. ``pace: fixed`` fetches at ``fixed_mb_s``. The environment
+    while no backlog drained. ``pace: fixed`` fetches at ``fixed_mb_s``. While it shares, the
+    batch loop's thread runs at ``nice`` (strait.worker.batch.priority). The environment
     overrides (the benchmarks use them): ``STRAIT_BATCH_SHARING=0`` (enabled: false),
     ``STRAIT_BATCH_PACE``, ``STRAIT_BATCH_SHARED_MB_S`` (pace: fixed at that rate; 0: unpaced),
     ``STRAIT_BATCH_LATENCY_BUDGET_MS``.
@@ -392,6 +393,10 @@ class BatchSharingConfig(_Model):
     ceiling_mb_s: float = Field(default=64.0, gt=0)
     latency_budget_ms: float | None = Field(default=None, gt=0)
     budget_ratio: float = Field(default=2.0, gt=1)
+    # The batch loop's thread runs this much nicer while it shares the worker (0: as every other
+    # thread), so the scheduler serves the realtime loop and the brokers first within a second
+    # (strait.worker.batch.priority).
+    nice: int = Field(default=10, ge=0, le=19)
 
     @model_validator(mode="after")
     def _floor_below_ceiling(self) -> BatchSharingConfig:

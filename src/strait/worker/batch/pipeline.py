@@ -39,6 +39,7 @@ from strait.worker.batch.identities import Identities
 from strait.worker.batch.leaders import LeaderCache
 from strait.worker.batch.link import Key, Links, produce_lanes
 from strait.worker.batch.partition import BatchPartition
+from strait.worker.batch.priority import ThreadPriority
 from strait.worker.batch.producing import Producing
 from strait.worker.batch.rtts import RoundTrips
 from strait.worker.checkpoint import AckTracker
@@ -120,6 +121,8 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
             latency=None if realtime_latency is None else partial(realtime_latency, REALTIME),
             latency_by_topic=None if by_topic is None else partial(by_topic, REALTIME),
         )
+        # Within each second the pace cannot act: the loop's thread yields the CPU while it shares.
+        self._priority = ThreadPriority(self._sharing.config.nice)
         self._thread = threading.Thread(target=self._run, name=f"strait-copy-{client_id}-{name}", daemon=True)
 
     # -- the Pipeline protocol (any thread) ----------------------------------------------------
@@ -160,6 +163,7 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
             while self._links is None and not self._stopping.is_set():
                 self._connect()
             self._watch.run_here()
+            self._priority.bind()
             step = self._watch.wrap(self._step)
             while not self._stopping.is_set():
                 step()
@@ -194,6 +198,8 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         links = self._links
         assert links is not None
         self._run_commands()
+        sharing = self._sharing
+        self._priority.follow(sharing.shared and not sharing.idle)
         now = time.monotonic()
         self._start_fetches(links, now)
         sent = self._send(links, now)
