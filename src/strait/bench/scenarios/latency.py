@@ -147,7 +147,10 @@ def _latency_run(
             cpu0 = meter.sample(replicator.pids())
             # The brokers' CPU over the same interval: what each system's requests cost the
             # clusters (on this machine they share the cores with the replicator).
-            brokers = {role: (ProcessMeter(), broker_pids(bench, cluster)) for role, cluster in _clusters(bench)}
+            brokers = {
+                role: (ProcessMeter(), broker_pids(bench, cluster))
+                for role, cluster in (("source", bench.src_cluster), ("destination", bench.dst_cluster))
+            }
             broker0 = {role: m.sample(pids) for role, (m, pids) in brokers.items()}
             # Strait's own view of where the time goes (its workers' stats reports, per stage).
             zookeeper, root = getattr(replicator, "zookeeper", None), getattr(replicator, "root", None)
@@ -189,10 +192,6 @@ def _latency_run(
                 )
 
     return run_safely(result, body)
-
-
-def _clusters(bench: Bench) -> list[tuple[str, str]]:
-    return [("source", bench.src_cluster), ("destination", bench.dst_cluster)]
 
 
 def broker_pids(bench: Bench, cluster: str) -> list[int]:

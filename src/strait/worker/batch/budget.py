@@ -197,7 +197,7 @@ class Sharing:
             shared = shared and self._enabled and not self._closed
             # (A window that ran unpaced because the realtime side was idle taught nothing about
             # the pace.)
-            self._end_window(paced=self.shared and not self.idle, settled=settled, arriving=arriving)
+            self._end_window(paced=self.paced, settled=settled, arriving=arriving)
             self._turn(shared)
 
     def _turn(self, shared: bool) -> None:
@@ -306,9 +306,14 @@ class Sharing:
             self._closed = True
             self._turn(False)
 
+    @property
+    def paced(self) -> bool:
+        """Sharing the worker with realtime partitions that are not idle: the shared caps apply."""
+        return self.shared and not self.idle
+
     def max_bytes(self, asked: int) -> int:
         """The most a fetch may ask for now (0: wait)."""
-        paced = self.shared and not self.idle
+        paced = self.paced
         limit = asked if not paced else min(asked, SHARED_FETCH_BYTES)
         for budget in (self.fixed, self._paced if paced else None):
             if budget is not None:
@@ -318,7 +323,7 @@ class Sharing:
     def spend(self, size: int) -> None:
         """Take a fetch answer's record bytes out of the buckets in force."""
         self._fetched += size
-        for budget in (self.fixed, self._paced if self.shared and not self.idle else None):
+        for budget in (self.fixed, self._paced if self.paced else None):
             if budget is not None:
                 budget.spend(size)
 

@@ -198,8 +198,7 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         links = self._links
         assert links is not None
         self._run_commands()
-        sharing = self._sharing
-        self._priority.follow(sharing.shared and not sharing.idle)
+        self._priority.follow(self._sharing.paced)
         now = time.monotonic()
         self._start_fetches(links, now)
         sent = self._send(links, now)

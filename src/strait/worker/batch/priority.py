@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +31,9 @@ Setter = Callable[[int, int, int], None]
 Getter = Callable[[int, int], int]
 
 
-def _setter() -> Setter | None:
-    return getattr(os, "setpriority", None) if sys.platform.startswith("linux") else None
-
-
-def _getter() -> Getter | None:
-    return getattr(os, "getpriority", None) if sys.platform.startswith("linux") else None
+def _linux(name: str) -> Any:
+    """``os.<name>`` where nice values are per thread (Linux), else None."""
+    return getattr(os, name, None) if sys.platform.startswith("linux") else None
 
 
 class ThreadPriority:
@@ -48,8 +46,8 @@ class ThreadPriority:
 
     def __init__(self, nice: int, *, setter: Setter | None = None, getter: Getter | None = None) -> None:
         self.nice = nice
-        self._set = setter if setter is not None else _setter()
-        self._get = getter if getter is not None else _getter()
+        self._set = setter if setter is not None else _linux("setpriority")
+        self._get = getter if getter is not None else _linux("getpriority")
         self._thread: int | None = None
         self._base = 0
         self.lowered = False
