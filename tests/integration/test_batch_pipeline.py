@@ -335,12 +335,24 @@ def test_a_caught_up_partition_moves_to_record_mode_and_new_records_arrive_once(
     assert [o for *_, o in copied_rows] == list(range(len(source_rows)))
 
 
-def test_a_backlog_of_small_batches_moves_to_record_mode_and_arrives_once(
+def small_batches(props: dict[str, Any], topic: str, count: int, codec: str) -> None:
+    """``count`` records in batches of 4, as a producer writes them at a low rate."""
+    producer = Producer(
+        {**props, "batch.num.messages": 4, "linger.ms": 0, "enable.idempotence": True, "compression.type": codec}
+    )
+    for i in range(count):
+        producer.produce(topic, value=f"{i:08d}".encode() * 4)
+        if i % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def test_a_backlog_of_small_compressed_batches_moves_to_record_mode_and_arrives_once(
     sandbox: Sandbox, make_copier: Callable[..., Copier], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A lagging partition whose source batches hold 4 records starts in batch mode, is judged too
-    sparse for it after 200 batches, and finishes its backlog in the record catch-up pipeline:
-    every record once, in order."""
+    """A lagging partition whose source batches hold 4 records, compressed (they cannot be merged
+    without recompressing), starts in batch mode, is judged too sparse for it after 200 batches,
+    and finishes its backlog in the record catch-up pipeline: every record once, in order."""
     from strait.worker import moves
 
     monkeypatch.setattr(moves, "MIN_DWELL_S", 0.3)  # judged soon, long before the backlog ends
@@ -348,12 +360,7 @@ def test_a_backlog_of_small_batches_moves_to_record_mode_and_arrives_once(
     src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
     topic = f"bp-sparse-{uid()}"
     create_topic(src, topic, 1)
-    producer = Producer({**src, "batch.num.messages": 4, "linger.ms": 0, "enable.idempotence": True})
-    for i in range(40_000):
-        producer.produce(topic, value=f"{i:08d}".encode() * 4)
-        if i % 1000 == 0:
-            producer.poll(0)
-    assert producer.flush(60) == 0
+    small_batches(src, topic, 40_000, "lz4")
     source_rows = read_all(src, topic)
     copier = make_copier(f"g-{uid()}", catchup_lag_threshold=500)
     task = PartitionTask(ROUTE, topic, 0, topic)
@@ -370,3 +377,66 @@ def test_a_backlog_of_small_batches_moves_to_record_mode_and_arrives_once(
     copied_rows = read_all(dst, topic)
     assert payload(copied_rows) == payload(source_rows)  # each record once, in order
     assert [o for *_, o in copied_rows] == list(range(len(source_rows)))
+
+
+def test_a_backlog_of_small_uncompressed_batches_drains_merged_in_batch_mode(
+    sandbox: Sandbox, make_copier: Callable[..., Copier], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same backlog uncompressed stays in batch mode: a partition's small batches go out
+    merged (strait.worker.batch.merging), every record once, in order, at its own offset, in far
+    fewer destination batches than the source holds."""
+    from strait.worker import moves
+
+    monkeypatch.setattr(moves, "MIN_DWELL_S", 0.3)
+    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.2)
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    topic = f"bp-merged-{uid()}"
+    create_topic(src, topic, 1)
+    small_batches(src, topic, 40_000, "none")
+    source_rows = read_all(src, topic)
+    copier = make_copier(f"g-{uid()}", catchup_lag_threshold=500)
+    task = PartitionTask(ROUTE, topic, 0, topic)
+    with modes_seen(copier, task, every_s=0.02) as seen:
+        copier.assign([task])
+        wait_for(lambda: copied_through(copier, task, len(source_rows)), "the backlog copied")
+    assert seen[0] == ("batch", "batch", "lagging: more than 500 records behind"), seen
+    # Never judged sparse (it may move to the realtime pipeline once caught up, as any does).
+    assert all(pipeline != "catchup" and reason != moves.sparse_reason() for pipeline, _, reason in seen), seen
+    copied_rows = read_all(dst, topic)
+    assert payload(copied_rows) == payload(source_rows)  # each record once, in order
+    assert [o for *_, o in copied_rows] == list(range(len(source_rows)))
+    with BrokerLink(dst) as link:
+        fetched = link.fetch(link.leader(topic, 0), topic, 0, 0, max_bytes=32 * 1024 * 1024)
+    copied_batches = split_batches(fetched.records).batches
+    assert sum(b.record_count for b in copied_batches) == len(source_rows)
+    assert len(copied_batches) < len(source_rows) // 4 // 10, len(copied_batches)  # merged
+
+
+def test_realtime_copy_batch_copies_a_caught_up_partition_in_whole_batches(
+    sandbox: Sandbox, make_copier: Callable[..., Copier]
+) -> None:
+    """``realtime_copy: batch``: a caught-up partition runs in the realtime batch pipeline from
+    the start, a backlog in the batch pipeline, and once drained it joins the realtime batch
+    pipeline at its checkpoint; records written meanwhile arrive once, in order."""
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    topic = f"bp-rtb-{uid()}"
+    create_topic(src, topic, 2)
+    produce_mixed(src, topic, 2000, "none", seed=5)  # spread over both partitions
+    ends = {p: len(read_all(src, topic, p)) for p in range(2)}
+    copier = make_copier(f"g-{uid()}", catchup_lag_threshold=500, realtime_copy="batch")
+    tasks = [PartitionTask(ROUTE, topic, p, topic) for p in range(2)]
+    with modes_seen(copier, tasks[0]) as seen:
+        copier.assign(tasks)
+        for task in tasks:
+            wait_for(lambda t=task: copied_through(copier, t, ends[t.partition]), f"{task} backlog copied")
+        wait_for(lambda: bool(seen) and seen[-1][0] == "realtime-batch", "the move once caught up")
+        small_batches(src, topic, 3000, "none")
+        rows = {p: read_all(src, topic, p) for p in range(2)}
+        for task in tasks:
+            wait_for(lambda t=task: copied_through(copier, t, len(rows[t.partition])), f"{task} new records copied")
+    assert seen[0] == ("batch", "batch", "lagging: more than 500 records behind"), seen
+    assert seen[1:] == [("realtime-batch", "batch", "caught up: realtime pipeline, small uncompressed batches merged")]
+    for partition in range(2):
+        copied_rows = read_all(dst, topic, partition)
+        assert payload(copied_rows) == payload(rows[partition])  # each record once, in order
+        assert [o for *_, o in copied_rows] == list(range(len(rows[partition])))

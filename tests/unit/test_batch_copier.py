@@ -1,5 +1,6 @@
 """The copier with ``copy: batch``: lagging partitions start in the batch pipeline and caught-up
-ones in the realtime record pipeline, they move between the two as their lag changes, a partition
+ones in the realtime batch pipeline (or, with ``realtime_copy: record``, the realtime record
+pipeline), they move between the two as their lag changes, a partition
 handed to record mode moves to a record pipeline at its checkpoint for good, and stats and
 `strait status` say which mode and why."""
 
@@ -39,7 +40,7 @@ class FakeBatchPipeline(FakePipeline):
         state.mode = "batch"
 
 
-def make(copy: Any, reason: str = "", threshold: int | None = 1000) -> Copier:
+def make(copy: Any, reason: str = "", threshold: int | None = 1000, realtime_copy: Any = "record") -> Copier:
     return Copier(
         route="a-b",
         source={"bootstrap.servers": "127.0.0.1:1"},
@@ -54,6 +55,7 @@ def make(copy: Any, reason: str = "", threshold: int | None = 1000) -> Copier:
         destinations=FakeDestinations(),
         copy=copy,
         copy_reason=reason,
+        realtime_copy=realtime_copy,
     )
 
 
@@ -86,6 +88,36 @@ def test_lagging_partitions_start_in_batch_mode_and_caught_up_ones_record_by_rec
     assert stats[current].pipeline == "realtime" and stats[current].mode == "record"
     assert stats[current].mode_reason == "caught up: batch mode once more than 1,000 records behind"
     assert realtime.adds == [(current, 0)] and batch.adds == [(behind, 0)]
+
+
+def test_caught_up_partitions_copy_whole_batches_in_the_realtime_batch_pipeline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(starts, "START_RETRY_S", 0.05)
+    monkeypatch.setattr(moves, "MIN_DWELL_S", 0.0)
+    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.02)
+    copier = make("batch", realtime_copy="batch")
+    copier.start()
+    try:
+        behind, current = _task(0), _task(1)
+        lagging(copier, behind, end=1500)
+        copier.assign([behind, current])
+        batch: FakeBatchPipeline = copier._batch  # type: ignore[assignment]
+        realtime_batch: FakeBatchPipeline = copier._moves.realtime_batch  # type: ignore[assignment]
+        assert realtime_batch.name == "realtime-batch" and not copier._realtime.states  # type: ignore[attr-defined]
+        _wait_for(lambda: behind in batch.states and current in realtime_batch.states)
+        stats = copier.stats()
+        assert stats[current].pipeline == "realtime-batch" and stats[current].mode == "batch"
+        assert stats[current].mode_reason == moves.caught_up_batch_reason()
+        # The backlog drained: it joins the other caught-up partition, at its checkpoint.
+        state = batch.states[behind]
+        batch.send(state, 1399)
+        batch.ack(state, 1399)
+        _wait_for(lambda: realtime_batch.adds == [(current, 0), (behind, 1400)])
+        stats = copier.stats()
+        assert stats[behind].pipeline == "realtime-batch" and stats[behind].mode == "batch"
+    finally:
+        copier.stop(drain=False, timeout_s=1)
 
 
 def test_without_a_threshold_every_partition_starts_in_batch_mode() -> None:

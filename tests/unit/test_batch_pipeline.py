@@ -217,7 +217,10 @@ def setup(
     destination: FakeDestination | None = None,
     compacted: bool = False,
     source: FakeSource | None = None,
+    merge_bytes: int = 0,
 ) -> tuple[BatchPipeline, FakeSource, FakeDestination]:
+    """A pipeline over fakes; its batches go one by one (``merge_bytes`` 0) unless asked, so
+    the per-batch accounting shows."""
     src, dst = source or FakeSource(logs, compacted=compacted), destination or FakeDestination()
     clock = Clock()
     batch_pipeline.time = clock  # type: ignore[attr-defined]  # restored by the autouse fixture
@@ -228,6 +231,7 @@ def setup(
         group_id="g",
         client_id="c",
         links=FakeLinks(src, dst, clock),  # type: ignore[arg-type]
+        merge_bytes=merge_bytes,
     )
     return pipeline, src, dst
 

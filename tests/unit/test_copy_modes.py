@@ -38,7 +38,7 @@ class Pipe:
     def add(self, state: PartitionState, offset: int, *, move: bool = False) -> None:
         state.tracker = AckTracker(offset)
         state.pipeline = self.name
-        if self.name == "batch":
+        if self.name in ("batch", "realtime-batch"):
             state.mode = "batch"
         self.adds.append(offset)
 

@@ -158,20 +158,26 @@ class RouteObserver:
             merged[topic] = merged[topic].plus(snap) if topic in merged else snap
         return merged
 
-    def end_to_end_of(self, pipeline: str) -> BucketCounts | None:
-        """One pipeline's end-to-end latency so far, over its topics (None before its first);
-        the batch pipeline's latency pace reads the realtime pipeline's."""
+    def end_to_end_of(self, *pipelines: str) -> BucketCounts | None:
+        """The end-to-end latency so far of these pipelines, over their topics (None before the
+        first); the batch pipeline's latency pace reads the realtime role's pipelines'."""
         merged: BucketCounts | None = None
         for (name, _topic), buckets in self._e2e.copy().items():
-            if name == pipeline:
+            if name in pipelines:
                 snap = buckets.snapshot()
                 merged = snap if merged is None else merged.plus(snap)
         return merged
 
-    def end_to_end_by_topic(self, pipeline: str) -> dict[str, BucketCounts]:
-        """One pipeline's end-to-end latency so far, per destination topic: the latency pace
-        leaves out topics whose partitions are finishing a backlog in the realtime pipeline."""
-        return {topic: b.snapshot() for (name, topic), b in self._e2e.copy().items() if name == pipeline}
+    def end_to_end_by_topic(self, *pipelines: str) -> dict[str, BucketCounts]:
+        """These pipelines' end-to-end latency so far, per destination topic: the latency pace
+        leaves out topics whose partitions are finishing a backlog in the realtime pipelines."""
+        merged: dict[str, BucketCounts] = {}
+        for (name, topic), buckets in self._e2e.copy().items():
+            if name in pipelines:
+                snap = buckets.snapshot()
+                known = merged.get(topic)
+                merged[topic] = snap if known is None else known.plus(snap)
+        return merged
 
     def offset_gaps(self) -> dict[str, int]:
         return dict(self._gaps)

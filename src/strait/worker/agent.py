@@ -148,6 +148,7 @@ def copier_factory(
             copy=copy,
             copy_reason=copy_reason,
             catchup_lag_threshold=route.catchup_lag_threshold,
+            realtime_copy=route.realtime_copy,
             # Destination topics are created without the settings the route keeps apart.
             destinations=destination_topics(source, destination, route),
             **extra,

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 REALTIME = "realtime"
 CATCHUP = "catchup"
 BATCH = "batch"
+REALTIME_BATCH = "realtime-batch"  # a batch route's caught-up partitions, in batch mode
 
 CopyMode = Literal["record", "batch"]
 
@@ -87,6 +88,7 @@ class Copier(PartitionStarts):
         copy: CopyMode = "record",
         copy_reason: str = "",
         batch_factory: PipelineFactory | None = None,
+        realtime_copy: CopyMode = "record",
     ) -> None:
         self.route = route
         self._copy_reason = copy_reason
@@ -122,22 +124,27 @@ class Copier(PartitionStarts):
         self._catchup = (
             factory(name=CATCHUP, settings=catchup_settings, **common) if catchup_lag_threshold is not None else None
         )
-        # copy: batch: lagging partitions run in the batch pipeline, caught-up ones in the realtime
-        # record pipeline (every one in the batch pipeline without a threshold); one whose
-        # batches cannot pass unchanged moves to the record pipelines for good (strait.worker.moves).
+        # copy: batch: lagging partitions run in the batch pipeline, caught-up ones in a second,
+        # realtime batch pipeline (record by record with realtime_copy: record), every one in the
+        # batch pipeline without a threshold; one whose batches cannot pass unchanged moves to
+        # the record pipelines for good (strait.worker.moves).
         self._batch: Pipeline | None = None
+        realtime_batch: Pipeline | None = None
         if copy == "batch":
             if batch_factory is None:
                 from strait.worker.batch.pipeline import BatchPipeline
 
                 batch_factory = BatchPipeline
             self._batch = batch_factory(name=BATCH, settings=catchup_settings, **common)
+            if realtime_copy == "batch" and catchup_lag_threshold is not None:
+                realtime_batch = batch_factory(name=REALTIME_BATCH, settings=realtime_settings, **common)
         self._moves = Moves(
             realtime=self._realtime,
             catchup=self._catchup,
             batch=self._batch,
             threshold=catchup_lag_threshold,
             copy_reason=copy_reason,
+            realtime_batch=realtime_batch,
         )
         self._lock = threading.Lock()
         self._entries: dict[PartitionTask, Entry] = {}

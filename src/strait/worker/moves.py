@@ -76,10 +76,16 @@ def sparse_reason() -> str:
     )
 
 
+def caught_up_batch_reason() -> str:
+    """Why a batch route's caught-up partition runs in batch mode in the realtime pipeline."""
+    return "caught up: realtime pipeline, small uncompressed batches merged"
+
+
 def sparse(state: PartitionState) -> bool:
-    """True when enough of the partition's batches were seen and they are too small for batch mode."""
+    """True when enough of the partition's batches were seen and they are too small for batch
+    mode: small batches that merge (uncompressed, strait.worker.batch.merging) pay in it too."""
     batches = state.batches_fetched
-    if batches < SPARSE_JUDGED_BATCHES:
+    if batches < SPARSE_JUDGED_BATCHES or 2 * state.batches_merged_fetched >= batches:
         return False
     return (
         state.batch_records_fetched < SPARSE_RECORDS_PER_BATCH * batches
@@ -100,7 +106,11 @@ class Moves:
     ``catchup`` is None when ``threshold`` is None (one record pipeline for every partition);
     ``batch`` is the ``copy: batch`` route's batch pipeline, else None, and ``copy_reason`` says
     why a route copies record by record. A batch route with ``threshold`` None copies every
-    partition in batch mode, lagging or not.
+    partition in batch mode, lagging or not. ``realtime_batch``, when given, is a second batch
+    pipeline of the realtime role (its own thread and sockets, never paced): a batch route's
+    caught-up partitions run there, their small uncompressed batches merged, and ``realtime``
+    (record by record) holds only those whose batches cannot pass unchanged or were found too
+    small to pay (compressed).
     """
 
     def __init__(
@@ -111,8 +121,10 @@ class Moves:
         batch: Pipeline | None,
         threshold: int | None,
         copy_reason: str = "",
+        realtime_batch: Pipeline | None = None,
     ) -> None:
         self.realtime, self.catchup, self.batch = realtime, catchup, batch
+        self.realtime_batch = realtime_batch if batch is not None and threshold is not None else None
         self.threshold = threshold
         self._copy_reason = copy_reason
         self._next_classify = 0.0
@@ -120,7 +132,20 @@ class Moves:
     def pipelines(self) -> list[Pipeline]:
         """Every pipeline, each once."""
         pipelines = [self.realtime] if self.catchup is None else [self.realtime, self.catchup]
+        if self.realtime_batch is not None:
+            pipelines.append(self.realtime_batch)
         return pipelines if self.batch is None else [*pipelines, self.batch]
+
+    def realtime_role(self, pipeline: Pipeline | None) -> bool:
+        """True for the pipelines that copy caught-up partitions."""
+        return pipeline is not None and (pipeline is self.realtime or pipeline is self.realtime_batch)
+
+    def _realtime_home(self, entry: Entry, now: float) -> Pipeline:
+        """The realtime pipeline a caught-up partition belongs in: the batch one unless its
+        batches cannot pass unchanged (for good) or were found too small (for a while)."""
+        if self.realtime_batch is not None and not entry.batch_fallback and now >= entry.sparse_until:
+            return self.realtime_batch
+        return self.realtime
 
     def first(self, state: PartitionState, start: int, end: int) -> Pipeline:
         """The pipeline a partition starts in, copying from ``start`` with the source ending at ``end``.
@@ -135,6 +160,9 @@ class Moves:
             if lagging:
                 state.mode_reason = lagging_reason(self.threshold)
                 return self.batch
+            if self.realtime_batch is not None:
+                state.mode_reason = caught_up_batch_reason()
+                return self.realtime_batch
             state.mode, state.mode_reason = "record", caught_up_reason(self.threshold)
             return self.realtime
         state.mode_reason = self._copy_reason
@@ -143,7 +171,7 @@ class Moves:
     def arrival(self, pipeline: Pipeline, start: int, end: int) -> int | None:
         """``Entry.arriving_end`` for a partition that starts in ``pipeline`` at ``start``, the
         source ending at ``end``: records behind the end copied by the realtime pipeline are old."""
-        return end if pipeline is self.realtime and end > start else None
+        return end if self.realtime_role(pipeline) and end > start else None
 
     def advance(self, entry: Entry, now: float) -> None:
         """Finish a move once the old pipeline let go of the partition."""
@@ -154,27 +182,30 @@ class Moves:
             entry.phase = "running"
             return
         target = entry.target
-        if target is self.realtime and entry.pipeline in (self.batch, self.catchup):
+        source = entry.pipeline
+        if self.realtime_role(target) and source in (self.batch, self.catchup):
             entry.arriving_end = state.source_end
-        if entry.pipeline is self.batch and self.batch is not None:
-            if state.mode == "record":
-                # Handed to record mode by the batch pipeline (possibly while this move was on
-                # its way for a lag that fell): its batches cannot pass unchanged, for good.
-                entry.batch_fallback = True
-            elif now < entry.sparse_until:
-                state.mode, state.mode_reason = "record", sparse_reason()
-            elif self.threshold is not None:
-                state.mode, state.mode_reason = "record", caught_up_reason(self.threshold)
-        elif target is self.batch and self.threshold is not None:
-            state.mode_reason = lagging_reason(self.threshold)
+        from_batch_mode = source is not None and (source is self.batch or source is self.realtime_batch)
+        if from_batch_mode and state.mode == "record":
+            # Handed to record mode by a batch pipeline (possibly while this move was on its
+            # way for a lag that changed): its batches cannot pass unchanged, for good.
+            entry.batch_fallback = True
+            if target is self.batch:
+                target = self.catchup if self.catchup is not None else self.realtime
+            elif target is self.realtime_batch:
+                target = self.realtime
+        if target is self.batch or target is self.realtime_batch:
+            # (A batch pipeline's add sets the mode.) Judged afresh for small batches there.
+            lagging = target is self.batch and self.threshold is not None
+            state.mode_reason = lagging_reason(self.threshold or 0) if lagging else caught_up_batch_reason()
             state.batches_fetched = state.batch_records_fetched = state.batch_bytes_fetched = 0
-        elif (
-            target is self.realtime
-            and self.batch is not None
-            and self.threshold is not None
-            and not entry.batch_fallback
-        ):
-            state.mode, state.mode_reason = "record", caught_up_reason(self.threshold)
+            state.batches_merged_fetched = 0
+        elif self.batch is not None and self.threshold is not None and not entry.batch_fallback:
+            # A batch route's partition copied record by record: found sparse just now, or
+            # caught up (on a worker without a realtime batch pipeline, or during a sparse hold).
+            sparse_now = from_batch_mode and now < entry.sparse_until
+            reason = sparse_reason() if sparse_now else caught_up_reason(self.threshold)
+            state.mode, state.mode_reason = "record", reason
         # Nothing of the partition is in flight: the checkpoint is the exact resume point.
         checkpoint = state.checkpoint
         target.add(state, state.tracker.position if checkpoint is None else checkpoint, move=True)
@@ -198,7 +229,10 @@ class Moves:
                 continue
             if now - entry.since < MIN_DWELL_S:
                 continue
-            if entry.pipeline is self.batch and not entry.batch_fallback and sparse(state):
+            batch_mode = entry.pipeline is self.batch or entry.pipeline is self.realtime_batch
+            if batch_mode and state.mode == "record":
+                continue  # handed to record mode: to_record_mode moves it
+            if batch_mode and not entry.batch_fallback and sparse(state):
                 entry.sparse_until = now + SPARSE_HOLD_S
                 record = self.catchup if self.catchup is not None and lag > self.threshold // 4 else self.realtime
                 log.info(
@@ -228,13 +262,13 @@ class Moves:
             if end is None:
                 continue
             tracker = entry.state.tracker
-            if entry.pipeline is not self.realtime or entry.state.failed or tracker is None:
+            if not self.realtime_role(entry.pipeline) or entry.state.failed or tracker is None:
                 entry.arriving_end = None
                 continue
             arriving.add(entry.state.task.destination_topic)
             if tracker.position >= end or now - entry.since >= ARRIVING_S:
                 entry.arriving_end = None  # (this window still flagged: it may hold the last)
-        running = [e.state for e in entries if e.pipeline is self.realtime and not e.state.failed]
+        running = [e.state for e in entries if self.realtime_role(e.pipeline) and not e.state.failed]
         share = getattr(self.batch, "share", None)
         if share is None:
             return
@@ -254,12 +288,18 @@ class Moves:
         # (for good) or were found too small (for SPARSE_HOLD_S); else the record catch-up one.
         batch_ok = batch is not None and not entry.batch_fallback and now >= entry.sparse_until
         lagging_home = batch if batch_ok else self.catchup
-        if entry.pipeline is self.realtime:
-            return lagging_home if lag > threshold and lagging_home is not None else None
+        realtime_home = self._realtime_home(entry, now)
+        if self.realtime_role(entry.pipeline):
+            if lag > threshold and lagging_home is not None:
+                return lagging_home
+            if entry.pipeline is self.realtime_batch and entry.batch_fallback:
+                return None  # handed to record mode: to_record_mode moves it
+            # (Back to the batch one once a sparse partition's hold is over.)
+            return realtime_home if entry.pipeline is not realtime_home and lag <= threshold // 4 else None
         if entry.pipeline is batch and entry.batch_fallback:
             return None  # handed to record mode: to_record_mode moves it
         if lag <= threshold // 4:
-            return self.realtime
+            return realtime_home
         if entry.pipeline is self.catchup and batch_ok and lag > threshold:
             return batch  # found sparse earlier: batch mode is tried again after the hold
         return None
@@ -271,7 +311,8 @@ class Moves:
             return
         for entry in entries:
             state = entry.state
-            if entry.pipeline is not batch or entry.phase != "running" or entry.revoke_deadline:
+            in_batch_mode = entry.pipeline is batch or entry.pipeline is self.realtime_batch
+            if not in_batch_mode or entry.phase != "running" or entry.revoke_deadline:
                 continue
             if state.mode != "record" or state.failed:
                 continue

@@ -171,6 +171,7 @@ class PartitionState:
         self.batches_fetched = 0
         self.batch_records_fetched = 0
         self.batch_bytes_fetched = 0
+        self.batches_merged_fetched = 0  # of them small and uncompressed: merged when produced
         # The steps from the assignment to the first copied record (strait.worker.startup);
         # dropped once that record is acknowledged.
         self.trace: StartTrace | None = StartTrace()

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from strait.worker.batch.compat import DestinationTopic, Mode, ModeDecision, Reason, decide_mode
+from strait.worker.batch.merging import MERGED_MAX_BYTES, follows, merge, mergeable
 from strait.worker.batch.outcomes import Outcome, produce_outcome
 from strait.worker.batch.records import RecordBatch, rewrite, split_batches, tail_batch
 from strait.worker.batch.select import Action, select_batches
@@ -79,7 +80,13 @@ class BatchPartition:
     """Fetch position, queue and in-flight batches of one partition (pipeline thread only)."""
 
     def __init__(
-        self, state: PartitionState, tracker: AckTracker, *, destination: DestinationTopic, compacted: bool
+        self,
+        state: PartitionState,
+        tracker: AckTracker,
+        *,
+        destination: DestinationTopic,
+        compacted: bool,
+        merge_bytes: int = MERGED_MAX_BYTES,
     ) -> None:
         self.state = state
         self.tracker = tracker
@@ -88,6 +95,8 @@ class BatchPartition:
         self.destination = (task.destination_topic, task.partition)
         self.topic_config = destination
         self.compacted = compacted
+        # Small batches queued one after the other go out merged, up to this many bytes (0: never).
+        self.merge_bytes = min(merge_bytes, destination.max_message_bytes or merge_bytes)
         self.fetch_offset = tracker.next_offset
         self.fetch_bytes = INITIAL_PARTITION_FETCH_BYTES
         self.queue: deque[Queued] = deque()
@@ -157,6 +166,8 @@ class BatchPartition:
                 state.batches_fetched += 1
                 state.batch_records_fetched += batch.record_count
                 state.batch_bytes_fetched += batch.size
+                if mergeable(batch):
+                    state.batches_merged_fetched += 1
         if not selection.decisions and split.truncated:
             # One batch larger than the fetch size: ask for more next time.
             self.fetch_bytes = min(MAX_PARTITION_FETCH_BYTES, self.fetch_bytes * 2)
@@ -190,10 +201,12 @@ class BatchPartition:
             if batch.base_offset > tracker.next_offset:
                 self.gaps += 1
             # The batch covers base..last: vouched for as the source's own stream.
-            tracker.sent(batch.last_offset, source_gap=True)
             if not produce:
+                tracker.sent(batch.last_offset, source_gap=True)
                 tracker.acked(batch.last_offset)
                 continue
+            batch = self._merged_with_next(batch)
+            tracker.sent(batch.last_offset, source_gap=True)
             sequence = self.next_sequence
             self.next_sequence = increment_sequence(sequence, batch.record_count)
             data = rewrite(
@@ -204,6 +217,29 @@ class BatchPartition:
             )
             return sent, fetched_at
         return None, None
+
+    def _merged_with_next(self, batch: RecordBatch) -> RecordBatch:
+        """``batch`` merged with the small batches queued right after it (strait.worker.batch.merging),
+        up to ``merge_bytes``; ``batch`` itself when none can join it."""
+        queue = self.queue
+        limit = self.merge_bytes
+        if not queue or not limit or not mergeable(batch):
+            return batch
+        parts = [batch]
+        size = batch.size
+        while queue:
+            following, produce, _ = queue[0]
+            if not produce or not mergeable(following) or not follows(parts[-1], following):
+                break
+            # Re-placed records may grow: at most 12 bytes each (two deltas and the length).
+            grown = following.size + 12 * following.record_count
+            if size + grown > limit:
+                break
+            queue.popleft()
+            self.queued_bytes -= following.size
+            parts.append(following)
+            size += grown
+        return merge(parts)
 
     def sending(self, sent: Sent, future: Any) -> None:
         sent.future = future

@@ -38,12 +38,13 @@ from strait.worker.batch.fetching import Fetching
 from strait.worker.batch.identities import Identities
 from strait.worker.batch.leaders import LeaderCache
 from strait.worker.batch.link import Key, Links, produce_lanes
+from strait.worker.batch.merging import MERGED_MAX_BYTES
 from strait.worker.batch.partition import BatchPartition
 from strait.worker.batch.priority import ThreadPriority
 from strait.worker.batch.producing import Producing
 from strait.worker.batch.rtts import RoundTrips
 from strait.worker.checkpoint import AckTracker
-from strait.worker.copier import REALTIME
+from strait.worker.copier import REALTIME, REALTIME_BATCH
 from strait.worker.pipeline import PartitionState, PipelineLoop, PipelineSettings
 from strait.worker.stalls import LoopWatch
 from strait.worker.startup import ASSIGNED, mark
@@ -80,6 +81,7 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         links: Links | None = None,
         sharing: BatchSharingConfig | None = None,
         lanes: int | None = None,
+        merge_bytes: int = MERGED_MAX_BYTES,
         **_record_options: Any,
     ) -> None:
         self.name = name
@@ -89,6 +91,7 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         self._observer = observer
         self._links = links
         self._lanes = lanes  # produce connections per destination broker (None: one)
+        self._merge_bytes = merge_bytes  # small batches merged up to this size (0: one by one)
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._parts: dict[Key, BatchPartition] = {}  # current partitions, by source key
         self._leaving: list[BatchPartition] = []  # stopped, with batches still in flight
@@ -118,8 +121,8 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         self._sharing = Sharing(
             sharing,
             clock=lambda: time.monotonic(),
-            latency=None if realtime_latency is None else partial(realtime_latency, REALTIME),
-            latency_by_topic=None if by_topic is None else partial(by_topic, REALTIME),
+            latency=None if realtime_latency is None else partial(realtime_latency, REALTIME, REALTIME_BATCH),
+            latency_by_topic=None if by_topic is None else partial(by_topic, REALTIME, REALTIME_BATCH),
         )
         # Within each second the pace cannot act: the loop's thread yields the CPU while it shares.
         self._priority = ThreadPriority(self._sharing.config.nice)
@@ -256,7 +259,9 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
             state.mode, state.mode_reason = "record", f"topic configs unavailable: {exc}"
             state.fetching = False
             return
-        part = BatchPartition(state, tracker, destination=destination, compacted=compacted)
+        part = BatchPartition(
+            state, tracker, destination=destination, compacted=compacted, merge_bytes=self._merge_bytes
+        )
         old = self._parts.get(part.source)
         if old is not None:
             old.stop()

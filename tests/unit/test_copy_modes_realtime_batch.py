@@ -1,0 +1,182 @@
+"""A ``copy: batch`` route with a realtime batch pipeline (strait.worker.moves): caught-up
+partitions copy whole batches there, lagging ones in the batch pipeline, and only those whose
+batches cannot pass unchanged (for good) or were found too small (for a while) go record by
+record. Pure, over generated histories, as test_copy_modes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from strait.worker import moves
+from strait.worker.checkpoint import AckTracker
+from strait.worker.entries import Entry
+from strait.worker.moves import Moves, caught_up_batch_reason, caught_up_reason, lagging_reason, sparse_reason
+from tests.unit.test_copy_modes import FALLBACK, THRESHOLD, Pipe, SharingPipe, _copy, _fetch_batches, _start
+
+
+def _setup() -> tuple[Moves, dict[str, Pipe]]:
+    pipes = {name: Pipe(name) for name in ("realtime", "catchup", "realtime-batch")}
+    pipes["batch"] = SharingPipe("batch")
+    placement = Moves(
+        realtime=pipes["realtime"],  # type: ignore[arg-type]
+        catchup=pipes["catchup"],  # type: ignore[arg-type]
+        batch=pipes["batch"],  # type: ignore[arg-type]
+        threshold=THRESHOLD,
+        realtime_batch=pipes["realtime-batch"],  # type: ignore[arg-type]
+    )
+    return placement, pipes
+
+
+def _settle(placement: Moves, pipes: dict[str, Pipe], entry: Entry, now: float) -> None:
+    for pipe in pipes.values():
+        pipe.settle()
+    placement.advance(entry, now)
+    assert entry.phase == "running"
+
+
+def test_a_caught_up_partition_starts_in_the_realtime_batch_pipeline() -> None:
+    placement, pipes = _setup()
+    trickle, backlog = _start(placement, THRESHOLD), _start(placement, THRESHOLD + 1)
+    assert trickle.pipeline is pipes["realtime-batch"] and trickle.state.mode == "batch"
+    assert trickle.state.mode_reason == caught_up_batch_reason()
+    assert backlog.pipeline is pipes["batch"]
+    assert placement.pipelines() == [pipes[n] for n in ("realtime", "catchup", "realtime-batch", "batch")]
+    assert placement.arrival(pipes["realtime-batch"], 0, 10) == 10  # old records: arriving
+    # Realtime partitions in either realtime pipeline make the batch pipeline share.
+    placement.classify([trickle, backlog], 10.0)
+    assert pipes["batch"].told == [True]  # type: ignore[attr-defined]
+
+
+def test_without_a_threshold_or_a_batch_pipeline_there_is_no_realtime_batch_pipeline() -> None:
+    pipes = {name: Pipe(name) for name in ("realtime", "catchup", "batch", "realtime-batch")}
+    for batch, threshold in [(pipes["batch"], None), (None, THRESHOLD)]:
+        placement = Moves(
+            realtime=pipes["realtime"],  # type: ignore[arg-type]
+            catchup=pipes["catchup"],  # type: ignore[arg-type]
+            batch=batch,  # type: ignore[arg-type]
+            threshold=threshold,
+            realtime_batch=pipes["realtime-batch"],  # type: ignore[arg-type]
+        )
+        assert placement.realtime_batch is None
+        assert pipes["realtime-batch"] not in placement.pipelines()
+
+
+def test_compressed_small_batches_go_record_by_record_for_a_while_then_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.0)
+    placement, pipes = _setup()
+    entry = _start(placement, 5)
+    state = entry.state
+    # Small batches that merge (uncompressed) pay in batch mode: it stays.
+    _fetch_batches(state, 1000, 4)
+    state.batches_merged_fetched = 1000
+    placement.classify([entry], 10.0)
+    assert entry.phase == "running" and entry.pipeline is pipes["realtime-batch"]
+    # Small compressed ones do not.
+    state.batches_merged_fetched = 0
+    placement.classify([entry], 11.0)
+    assert entry.phase == "moving" and entry.target is pipes["realtime"]
+    _settle(placement, pipes, entry, 11.0)
+    assert state.mode == "record" and state.mode_reason == sparse_reason()
+    placement.classify([entry], 11.0 + moves.SPARSE_HOLD_S - 1)
+    assert entry.phase == "running" and entry.pipeline is pipes["realtime"]
+    now = 11.0 + moves.SPARSE_HOLD_S
+    placement.classify([entry], now)
+    assert entry.phase == "moving" and entry.target is pipes["realtime-batch"]
+    _settle(placement, pipes, entry, now)
+    assert state.mode == "batch" and state.mode_reason == caught_up_batch_reason()
+    assert state.batches_fetched == state.batches_merged_fetched == 0  # judged afresh
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_generated_histories_keep_the_rules(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)
+    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.0)
+    dwell = rng.choice([0.0, 5.0])
+    monkeypatch.setattr(moves, "MIN_DWELL_S", dwell)
+    placement, pipes = _setup()
+    batch, realtime, realtime_batch, catchup = (pipes[n] for n in ("batch", "realtime", "realtime-batch", "catchup"))
+    now = 0.0
+    entry = _start(placement, rng.choice([0, 50, THRESHOLD + 1, 10 * THRESHOLD]))
+    fell_back = False
+    released: AckTracker | None = None
+    resumed_at: list[int] = []
+    for _ in range(300):
+        now += rng.choice([0.1, 1.0, 3.0])
+        state = entry.state
+        tracker = state.tracker
+        assert tracker is not None
+        state.source_end = tracker.next_offset + rng.choice([0, 10, THRESHOLD // 4, THRESHOLD // 2, 2 * THRESHOLD])
+        _copy(entry, rng)
+        in_batch_mode = entry.pipeline in (batch, realtime_batch)
+        if in_batch_mode and entry.phase == "running" and not fell_back and rng.random() < 0.02:
+            state.mode, state.mode_reason = "record", FALLBACK  # a batch pipeline's fallback
+        if in_batch_mode and rng.random() < 0.01:
+            _fetch_batches(state, moves.SPARSE_JUDGED_BATCHES, 3)  # small compressed batches
+        for pipe in pipes.values():
+            pipe.settle()
+        before, phase, lag = entry.pipeline, entry.phase, state.lag
+        placement.classify([entry], now)
+        placement.to_record_mode([entry])
+        if phase == "running" and entry.phase == "moving":
+            assert lag is not None
+            to = entry.target
+            if state.mode == "record" and before in (batch, realtime_batch) and state.mode_reason == FALLBACK:
+                assert to is realtime  # a fallback moves at once, whatever the lag
+            else:
+                assert now - entry.since >= dwell
+                if to in (batch, catchup):
+                    # (Found sparse while lagging: the record catch-up pipeline.)
+                    assert lag > THRESHOLD or (to is catchup and now < entry.sparse_until)
+                elif to is realtime_batch:
+                    assert lag <= THRESHOLD // 4 and now >= entry.sparse_until and not entry.batch_fallback
+                else:
+                    assert to is realtime and (lag <= THRESHOLD // 4 or now < entry.sparse_until)
+            released = state.tracker
+        if entry.phase == "moving":
+            adds = sum(len(p.adds) for p in pipes.values())
+            placement.advance(entry, now)
+            if entry.phase == "running":
+                assert sum(len(p.adds) for p in pipes.values()) == adds + 1
+                assert released is not None and released.in_flight == 0
+                assert state.tracker is not None and state.tracker.position == released.position
+                resumed_at.append(state.tracker.position)
+                fell_back = fell_back or state.mode_reason == FALLBACK
+        if entry.phase == "running":
+            if fell_back:
+                assert entry.batch_fallback and entry.pipeline in (realtime, catchup)
+                assert state.mode == "record" and state.mode_reason == FALLBACK
+            elif entry.pipeline is batch:
+                assert state.mode == "batch" and state.mode_reason == lagging_reason(THRESHOLD)
+            elif entry.pipeline is realtime_batch:
+                assert state.mode == "batch" and state.mode_reason == caught_up_batch_reason()
+            else:
+                # Record by record only for small batches (said when found), and after the hold
+                # only until the lag allows a move back.
+                assert state.mode == "record"
+                assert state.mode_reason in (sparse_reason(), caught_up_reason(THRESHOLD))
+                assert entry.sparse_until > 0
+    assert resumed_at == sorted(resumed_at), "a move never goes back in the source"
+
+
+def test_generated_histories_cover_every_kind_of_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The histories above do reach each move (the test could not pass by never moving)."""
+    seen: set[tuple[str, str]] = set()
+    original = Moves._move
+
+    def spy(entry: Entry, target: Pipe) -> None:  # type: ignore[override]
+        assert entry.pipeline is not None
+        seen.add((entry.pipeline.name, target.name))
+        original(entry, target)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Moves, "_move", staticmethod(spy))
+    for seed in range(60):
+        test_generated_histories_keep_the_rules(seed, monkeypatch)
+    wanted = {
+        ("realtime-batch", "batch"),
+        ("batch", "realtime-batch"),
+        ("realtime-batch", "realtime"),  # a fallback, or small compressed batches
+        ("realtime", "realtime-batch"),  # after the hold
+    }
+    assert wanted <= seen, wanted - seen
