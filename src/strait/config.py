@@ -229,14 +229,16 @@ class RouteConfig(_Model):
     # by record (their source batches hold a few records each); back to the realtime pipeline
     # at a quarter of it. null: one pipeline for every partition (copy: batch: all in batch mode).
     catchup_lag_threshold: int | None = Field(default=10_000, ge=1)
-    # copy: batch routes with a threshold: how caught-up partitions are copied. record (the
-    # default): record by record through librdkafka, which sends one produce request per
-    # partition. batch: whole batches in a realtime batch pipeline of their own (never paced
-    # by a backlog), a partition's small uncompressed batches merged into one, the partitions
-    # of one destination broker sharing requests (the destination broker's CPU at 10,000
-    # records/s over 8 partitions: ~27 % instead of ~46 %; the worker's own CPU at 1,000
-    # records/s doubled: see README); small compressed batches still go record by record.
-    realtime_copy: Literal["record", "batch"] = "record"
+    # copy: batch routes with a threshold: how caught-up partitions are copied. record: record
+    # by record through librdkafka, which sends one produce request per partition. batch: whole
+    # batches in a realtime batch pipeline of their own (never paced by a backlog), a
+    # partition's small uncompressed batches merged into one, the partitions of one destination
+    # broker sharing requests (the destination broker's CPU at 10,000 records/s over 8
+    # partitions: ~27 % instead of ~46 %; the worker's own CPU at 1,000 records/s doubled: see
+    # README); small compressed batches still go record by record. auto (the default): batch
+    # while the route's caught-up partitions on a worker receive over 5,000 records/s together,
+    # record below 2,500 (strait.worker.moves).
+    realtime_copy: Literal["record", "batch", "auto"] = "auto"
     # exactly-once only: a transaction is committed at least this often (and sooner when
     # transaction_max_bytes were produced in it).
     transaction_interval_ms: int = Field(default=100, ge=10, le=60_000)

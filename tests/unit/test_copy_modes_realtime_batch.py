@@ -13,7 +13,18 @@ from strait.worker import moves
 from strait.worker.checkpoint import AckTracker
 from strait.worker.entries import Entry
 from strait.worker.moves import Moves, caught_up_batch_reason, caught_up_reason, lagging_reason, sparse_reason
-from tests.unit.test_copy_modes import FALLBACK, THRESHOLD, Pipe, SharingPipe, _copy, _fetch_batches, _start
+from strait.worker.pipeline import PartitionState
+from strait.worker.task import PartitionTask
+from tests.unit.test_copy_modes import (
+    FALLBACK,
+    THRESHOLD,
+    Pipe,
+    SharingPipe,
+    _copy,
+    _copy_to,
+    _fetch_batches,
+    _start,
+)
 
 
 def _setup() -> tuple[Moves, dict[str, Pipe]]:
@@ -180,3 +191,73 @@ def test_generated_histories_cover_every_kind_of_move(monkeypatch: pytest.Monkey
         ("realtime", "realtime-batch"),  # after the hold
     }
     assert wanted <= seen, wanted - seen
+
+
+def _auto() -> tuple[Moves, dict[str, Pipe]]:
+    pipes = {name: Pipe(name) for name in ("realtime", "catchup", "realtime-batch", "batch")}
+    placement = Moves(
+        realtime=pipes["realtime"],  # type: ignore[arg-type]
+        catchup=pipes["catchup"],  # type: ignore[arg-type]
+        batch=pipes["batch"],  # type: ignore[arg-type]
+        threshold=THRESHOLD,
+        realtime_batch=pipes["realtime-batch"],  # type: ignore[arg-type]
+        auto=True,
+    )
+    return placement, pipes
+
+
+def _partition(placement: Moves, partition: int, end: int) -> Entry:
+    entry = Entry(state=PartitionState(PartitionTask("r", "t", partition, "t")))
+    pipeline = placement.first(entry.state, 0, end)
+    entry.state.source_end = end
+    entry.phase, entry.pipeline = "running", pipeline
+    pipeline.add(entry.state, 0)
+    return entry
+
+
+def _each_second(placement: Moves, pipes: dict[str, Pipe], entries: list[Entry], seconds: range, rate: int) -> None:
+    """``rate`` records/s acknowledged over the partitions, classified once a second, moves settled."""
+    for second in seconds:
+        for entry in entries:
+            entry.state.records += rate // len(entries)
+        placement.classify(entries, float(second))
+        for entry in entries:
+            if entry.phase == "moving":
+                _settle(placement, pipes, entry, float(second))
+
+
+def test_auto_copies_whole_batches_only_while_the_realtime_partitions_are_busy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.0)
+    monkeypatch.setattr(moves, "MIN_DWELL_S", 0.0)
+    placement, pipes = _auto()
+    entries = [_partition(placement, p, 5) for p in range(4)]
+    assert all(e.pipeline is pipes["realtime"] and e.state.mode == "record" for e in entries)
+    _each_second(placement, pipes, entries, range(1, 10), 1_000)  # quiet: stays record by record
+    assert all(e.pipeline is pipes["realtime"] for e in entries) and placement.rate == pytest.approx(1_000)
+    _each_second(placement, pipes, entries, range(10, 20), 10_000)  # busy: whole batches
+    assert all(e.pipeline is pipes["realtime-batch"] and e.state.mode == "batch" for e in entries)
+    assert entries[0].state.mode_reason == caught_up_batch_reason()
+    _each_second(placement, pipes, entries, range(20, 22), 3_000)  # between the two limits: stays
+    assert all(e.pipeline is pipes["realtime-batch"] for e in entries)
+    _each_second(placement, pipes, entries, range(22, 40), 500)  # quiet again
+    assert all(e.pipeline is pipes["realtime"] and e.state.mode == "record" for e in entries)
+    assert entries[0].state.mode_reason == caught_up_reason(THRESHOLD)
+    # A partition caught up now starts record by record (the pipelines' state is not busy).
+    assert _start(placement, 5).pipeline is pipes["realtime"]
+
+
+def test_auto_does_not_count_a_backlog_arriving_in_the_realtime_pipelines(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.0)
+    monkeypatch.setattr(moves, "MIN_DWELL_S", 0.0)
+    placement, pipes = _auto()
+    trickle = _partition(placement, 0, 5)
+    backlog = _partition(placement, 1, 10 * THRESHOLD)
+    assert backlog.pipeline is pipes["batch"]
+    _each_second(placement, pipes, [trickle], range(1, 4), 100)
+    _copy_to(backlog, 10 * THRESHOLD)  # drained in the batch pipeline, now caught up
+    backlog.state.records = 10_000_000
+    _each_second(placement, pipes, [trickle, backlog], range(4, 8), 100)
+    assert backlog.pipeline is pipes["realtime"]  # joined the realtime pipeline
+    assert placement.rate is not None and placement.rate < moves.AUTO_RECORD_BELOW

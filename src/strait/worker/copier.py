@@ -44,6 +44,7 @@ BATCH = "batch"
 REALTIME_BATCH = "realtime-batch"  # a batch route's caught-up partitions, in batch mode
 
 CopyMode = Literal["record", "batch"]
+RealtimeCopy = Literal["record", "batch", "auto"]
 
 PipelineFactory = Callable[..., Pipeline]
 
@@ -88,7 +89,7 @@ class Copier(PartitionStarts):
         copy: CopyMode = "record",
         copy_reason: str = "",
         batch_factory: PipelineFactory | None = None,
-        realtime_copy: CopyMode = "record",
+        realtime_copy: RealtimeCopy = "auto",
     ) -> None:
         self.route = route
         self._copy_reason = copy_reason
@@ -136,7 +137,7 @@ class Copier(PartitionStarts):
 
                 batch_factory = BatchPipeline
             self._batch = batch_factory(name=BATCH, settings=catchup_settings, **common)
-            if realtime_copy == "batch" and catchup_lag_threshold is not None:
+            if realtime_copy != "record" and catchup_lag_threshold is not None:
                 realtime_batch = batch_factory(name=REALTIME_BATCH, settings=realtime_settings, **common)
         self._moves = Moves(
             realtime=self._realtime,
@@ -145,6 +146,7 @@ class Copier(PartitionStarts):
             threshold=catchup_lag_threshold,
             copy_reason=copy_reason,
             realtime_batch=realtime_batch,
+            auto=realtime_copy == "auto",
         )
         self._lock = threading.Lock()
         self._entries: dict[PartitionTask, Entry] = {}

@@ -34,6 +34,7 @@ import logging
 
 from strait.worker.entries import Entry
 from strait.worker.pipeline import PartitionState, Pipeline
+from strait.worker.task import PartitionTask
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,16 @@ SPARSE_BATCH_BYTES = 32 * 1024
 # backlog's odd tail), and a partition found sparse stays in record mode this long.
 SPARSE_JUDGED_BATCHES = 200
 SPARSE_HOLD_S = 300.0
+# realtime_copy: auto: the route's caught-up partitions on this worker use the realtime batch
+# pipeline while they receive more than AUTO_BATCH_ABOVE records/s together, and record mode
+# again below AUTO_RECORD_BELOW. Measured over 8 partitions: at 10,000 records/s whole merged
+# batches cut the destination broker's CPU from ~46 % to ~27 % (librdkafka sends one request per
+# partition); at 1,000 records/s a fetch brings about one record, and the batch loop's Python
+# per round trip doubled the worker's CPU (65 % against 30 %) for nothing.
+AUTO_BATCH_ABOVE = 5_000.0
+AUTO_RECORD_BELOW = 2_500.0
+# The rate is smoothed over windows of CLASSIFY_INTERVAL_S (weight of the newest window).
+RATE_WEIGHT = 0.3
 
 
 def lagging_reason(threshold: int) -> str:
@@ -110,7 +121,8 @@ class Moves:
     pipeline of the realtime role (its own thread and sockets, never paced): a batch route's
     caught-up partitions run there, their small uncompressed batches merged, and ``realtime``
     (record by record) holds only those whose batches cannot pass unchanged or were found too
-    small to pay (compressed).
+    small to pay (compressed). With ``auto``, only while the realtime partitions together
+    receive more than AUTO_BATCH_ABOVE records/s (below AUTO_RECORD_BELOW, record by record).
     """
 
     def __init__(
@@ -122,9 +134,16 @@ class Moves:
         threshold: int | None,
         copy_reason: str = "",
         realtime_batch: Pipeline | None = None,
+        auto: bool = False,
     ) -> None:
         self.realtime, self.catchup, self.batch = realtime, catchup, batch
         self.realtime_batch = realtime_batch if batch is not None and threshold is not None else None
+        # auto: the realtime batch pipeline only while the realtime partitions are busy enough.
+        self.auto = auto and self.realtime_batch is not None
+        self.rate: float | None = None  # records/s acknowledged for the realtime partitions
+        self._busy = not self.auto
+        self._counts: dict[PartitionTask, int] = {}  # records acknowledged, at the last measure
+        self._counted_at: float | None = None
         self.threshold = threshold
         self._copy_reason = copy_reason
         self._next_classify = 0.0
@@ -143,9 +162,31 @@ class Moves:
     def _realtime_home(self, entry: Entry, now: float) -> Pipeline:
         """The realtime pipeline a caught-up partition belongs in: the batch one unless its
         batches cannot pass unchanged (for good) or were found too small (for a while)."""
-        if self.realtime_batch is not None and not entry.batch_fallback and now >= entry.sparse_until:
-            return self.realtime_batch
+        batch = self.realtime_batch
+        if batch is not None and self._busy and not entry.batch_fallback and now >= entry.sparse_until:
+            return batch
         return self.realtime
+
+    def _measure(self, entries: list[Entry], now: float) -> None:
+        """auto: the realtime partitions' records/s (smoothed), and whether they are busy."""
+        if not self.auto:
+            return
+        counts = {e.state.task: e.state.records for e in entries if self.realtime_role(e.pipeline)}
+        previous, self._counts = self._counts, counts
+        at, self._counted_at = self._counted_at, now
+        if at is None or now <= at:
+            return
+        # Only partitions in a realtime pipeline at both measures (one arriving from a backlog
+        # brings its backlog's count).
+        copied = sum(max(0, n - previous[task]) for task, n in counts.items() if task in previous)
+        sample = copied / (now - at)
+        self.rate = sample if self.rate is None else RATE_WEIGHT * sample + (1 - RATE_WEIGHT) * self.rate
+        if not self._busy and self.rate > AUTO_BATCH_ABOVE:
+            log.info("realtime partitions at %.0f records/s: whole batches from now on", self.rate)
+            self._busy = True
+        elif self._busy and self.rate < AUTO_RECORD_BELOW:
+            log.info("realtime partitions at %.0f records/s: record by record from now on", self.rate)
+            self._busy = False
 
     def first(self, state: PartitionState, start: int, end: int) -> Pipeline:
         """The pipeline a partition starts in, copying from ``start`` with the source ending at ``end``.
@@ -160,7 +201,7 @@ class Moves:
             if lagging:
                 state.mode_reason = lagging_reason(self.threshold)
                 return self.batch
-            if self.realtime_batch is not None:
+            if self.realtime_batch is not None and self._busy:
                 state.mode_reason = caught_up_batch_reason()
                 return self.realtime_batch
             state.mode, state.mode_reason = "record", caught_up_reason(self.threshold)
@@ -220,6 +261,7 @@ class Moves:
             return
         self._next_classify = now + CLASSIFY_INTERVAL_S
         self.share(entries, now)
+        self._measure(entries, now)
         if self.threshold is None:
             return
         for entry in entries:
