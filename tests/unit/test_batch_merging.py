@@ -103,6 +103,11 @@ def test_large_log_append_time_and_compacted_batches_are_not_mergeable() -> None
     assert big.size > merging.SMALL_BATCH_BYTES or merging.mergeable(big)
     large = split_batches(build(0, list(range(200)), rng=random.Random(4))).batches[0]
     assert large.size > merging.SMALL_BATCH_BYTES and not merging.mergeable(large)
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+    for i in range(merging.SMALL_BATCH_RECORDS):
+        builder.append(i, i, None, b"x", [])
+    many = split_batches(bytes(builder.build())).batches[0]
+    assert many.size < merging.SMALL_BATCH_BYTES and not merging.mergeable(many)  # enough records already
     raw = bytearray(build(0, [1, 2]))
     raw[22] |= TIMESTAMP_TYPE_FLAG
     assert not merging.mergeable(parse_batch(memoryview(raw)))

@@ -40,9 +40,12 @@ from strait.worker.batch.records import (
     read_varint,
 )
 
-# A batch of at most this many bytes is worth merging (larger ones already carry enough records
-# per request), and a merged batch grows to at most this many (well under the 1 MiB default
-# max.message.bytes of a topic; a destination topic's own lower limit is respected too).
+# A batch of fewer records and at most this many bytes is worth merging: larger ones already
+# carry enough records per request (batch mode pays from 64 records per batch, see
+# strait.worker.moves), and re-placing their records would cost ~4 us each for little. A merged
+# batch grows to at most MERGED_MAX_BYTES (well under the 1 MiB default max.message.bytes of a
+# topic; a destination topic's own lower limit is respected too).
+SMALL_BATCH_RECORDS = 64
 SMALL_BATCH_BYTES = 16 * 1024
 MERGED_MAX_BYTES = 512 * 1024
 
@@ -55,13 +58,13 @@ _NOT_MERGEABLE = CODEC_MASK | TIMESTAMP_TYPE_FLAG | CONTROL_FLAG | DELETE_HORIZO
 
 
 def mergeable(batch: RecordBatch) -> bool:
-    """True when ``batch`` may be part of a merged batch: small, uncompressed, CreateTime, a
-    data batch without holes (compaction) or a delete horizon."""
+    """True when ``batch`` may be part of a merged batch: few records in few bytes, uncompressed,
+    CreateTime, a data batch without holes (compaction) or a delete horizon."""
     return (
         not batch.attributes & _NOT_MERGEABLE
         and batch.size <= SMALL_BATCH_BYTES
+        and 0 < batch.record_count < SMALL_BATCH_RECORDS
         and batch.last_offset_delta + 1 == batch.record_count
-        and batch.record_count > 0
     )
 
 
