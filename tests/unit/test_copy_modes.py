@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -176,8 +177,10 @@ def test_generated_histories_keep_the_rules(seed: int, monkeypatch: pytest.Monke
     assert resumed_at == sorted(resumed_at), "a move never goes back in the source"
 
 
-def test_generated_histories_cover_every_kind_of_move(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The histories above do reach each move (the test could not pass by never moving)."""
+def moves_made(
+    histories: Callable[[int, pytest.MonkeyPatch], None], monkeypatch: pytest.MonkeyPatch
+) -> set[tuple[str, str]]:
+    """Every (from, to) pipeline move the generated histories of 60 seeds made."""
     seen: set[tuple[str, str]] = set()
     original = Moves._move
 
@@ -188,7 +191,13 @@ def test_generated_histories_cover_every_kind_of_move(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(Moves, "_move", staticmethod(spy))
     for seed in range(60):
-        test_generated_histories_keep_the_rules(seed, monkeypatch)
+        histories(seed, monkeypatch)
+    return seen
+
+
+def test_generated_histories_cover_every_kind_of_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The histories above do reach each move (the test could not pass by never moving)."""
+    seen = moves_made(test_generated_histories_keep_the_rules, monkeypatch)
     assert {("batch", "realtime"), ("realtime", "batch"), ("realtime", "catchup"), ("catchup", "realtime")} <= seen
 
 

@@ -24,10 +24,12 @@ from tests.unit.test_copy_modes import (
     _copy_to,
     _fetch_batches,
     _start,
+    moves_made,
 )
 
 
-def _setup() -> tuple[Moves, dict[str, Pipe]]:
+def _setup(auto: bool = False) -> tuple[Moves, dict[str, Pipe]]:
+    """Moves over the four pipelines: ``realtime_copy: batch``, or ``auto``."""
     pipes = {name: Pipe(name) for name in ("realtime", "catchup", "realtime-batch")}
     pipes["batch"] = SharingPipe("batch")
     placement = Moves(
@@ -36,6 +38,7 @@ def _setup() -> tuple[Moves, dict[str, Pipe]]:
         batch=pipes["batch"],  # type: ignore[arg-type]
         threshold=THRESHOLD,
         realtime_batch=pipes["realtime-batch"],  # type: ignore[arg-type]
+        auto=auto,
     )
     return placement, pipes
 
@@ -173,17 +176,7 @@ def test_generated_histories_keep_the_rules(seed: int, monkeypatch: pytest.Monke
 
 def test_generated_histories_cover_every_kind_of_move(monkeypatch: pytest.MonkeyPatch) -> None:
     """The histories above do reach each move (the test could not pass by never moving)."""
-    seen: set[tuple[str, str]] = set()
-    original = Moves._move
-
-    def spy(entry: Entry, target: Pipe) -> None:  # type: ignore[override]
-        assert entry.pipeline is not None
-        seen.add((entry.pipeline.name, target.name))
-        original(entry, target)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Moves, "_move", staticmethod(spy))
-    for seed in range(60):
-        test_generated_histories_keep_the_rules(seed, monkeypatch)
+    seen = moves_made(test_generated_histories_keep_the_rules, monkeypatch)
     wanted = {
         ("realtime-batch", "batch"),
         ("batch", "realtime-batch"),
@@ -191,19 +184,6 @@ def test_generated_histories_cover_every_kind_of_move(monkeypatch: pytest.Monkey
         ("realtime", "realtime-batch"),  # after the hold
     }
     assert wanted <= seen, wanted - seen
-
-
-def _auto() -> tuple[Moves, dict[str, Pipe]]:
-    pipes = {name: Pipe(name) for name in ("realtime", "catchup", "realtime-batch", "batch")}
-    placement = Moves(
-        realtime=pipes["realtime"],  # type: ignore[arg-type]
-        catchup=pipes["catchup"],  # type: ignore[arg-type]
-        batch=pipes["batch"],  # type: ignore[arg-type]
-        threshold=THRESHOLD,
-        realtime_batch=pipes["realtime-batch"],  # type: ignore[arg-type]
-        auto=True,
-    )
-    return placement, pipes
 
 
 def _partition(placement: Moves, partition: int, end: int) -> Entry:
@@ -231,7 +211,7 @@ def test_auto_copies_whole_batches_only_while_the_realtime_partitions_are_busy(
 ) -> None:
     monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.0)
     monkeypatch.setattr(moves, "MIN_DWELL_S", 0.0)
-    placement, pipes = _auto()
+    placement, pipes = _setup(auto=True)
     entries = [_partition(placement, p, 5) for p in range(4)]
     assert all(e.pipeline is pipes["realtime"] and e.state.mode == "record" for e in entries)
     _each_second(placement, pipes, entries, range(1, 10), 1_000)  # quiet: stays record by record
@@ -251,7 +231,7 @@ def test_auto_copies_whole_batches_only_while_the_realtime_partitions_are_busy(
 def test_auto_does_not_count_a_backlog_arriving_in_the_realtime_pipelines(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.0)
     monkeypatch.setattr(moves, "MIN_DWELL_S", 0.0)
-    placement, pipes = _auto()
+    placement, pipes = _setup(auto=True)
     trickle = _partition(placement, 0, 5)
     backlog = _partition(placement, 1, 10 * THRESHOLD)
     assert backlog.pipeline is pipes["batch"]
