@@ -159,6 +159,10 @@ class Moves:
         """True for the pipelines that copy caught-up partitions."""
         return pipeline is not None and (pipeline is self.realtime or pipeline is self.realtime_batch)
 
+    def batch_mode(self, pipeline: Pipeline | None) -> bool:
+        """True for the pipelines that copy whole batches."""
+        return pipeline is not None and (pipeline is self.batch or pipeline is self.realtime_batch)
+
     def _realtime_home(self, entry: Entry, now: float) -> Pipeline:
         """The realtime pipeline a caught-up partition belongs in: the batch one unless its
         batches cannot pass unchanged (for good) or were found too small (for a while)."""
@@ -226,7 +230,7 @@ class Moves:
         source = entry.pipeline
         if self.realtime_role(target) and source in (self.batch, self.catchup):
             entry.arriving_end = state.source_end
-        from_batch_mode = source is not None and (source is self.batch or source is self.realtime_batch)
+        from_batch_mode = self.batch_mode(source)
         if from_batch_mode and state.mode == "record":
             # Handed to record mode by a batch pipeline (possibly while this move was on its
             # way for a lag that changed): its batches cannot pass unchanged, for good.
@@ -271,7 +275,7 @@ class Moves:
                 continue
             if now - entry.since < MIN_DWELL_S:
                 continue
-            batch_mode = entry.pipeline is self.batch or entry.pipeline is self.realtime_batch
+            batch_mode = self.batch_mode(entry.pipeline)
             if batch_mode and state.mode == "record":
                 continue  # handed to record mode: to_record_mode moves it
             if batch_mode and not entry.batch_fallback and sparse(state):
@@ -353,8 +357,7 @@ class Moves:
             return
         for entry in entries:
             state = entry.state
-            in_batch_mode = entry.pipeline is batch or entry.pipeline is self.realtime_batch
-            if not in_batch_mode or entry.phase != "running" or entry.revoke_deadline:
+            if not self.batch_mode(entry.pipeline) or entry.phase != "running" or entry.revoke_deadline:
                 continue
             if state.mode != "record" or state.failed:
                 continue
