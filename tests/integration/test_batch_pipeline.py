@@ -347,6 +347,28 @@ def small_batches(props: dict[str, Any], topic: str, count: int, codec: str) -> 
     assert producer.flush(60) == 0
 
 
+def copy_small_backlog(
+    sandbox: Sandbox, make_copier: Callable[..., Copier], monkeypatch: pytest.MonkeyPatch, codec: str
+) -> tuple[str, list[Any], list[tuple[str | None, str, str]]]:
+    """40,000 records in 4-record batches of ``codec``, copied by a batch route (threshold 500,
+    judged soon): the topic, the source's records and every (pipeline, mode, reason) seen."""
+    from strait.worker import moves
+
+    monkeypatch.setattr(moves, "MIN_DWELL_S", 0.3)  # judged soon, long before the backlog ends
+    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.2)
+    src = sandbox.clusters["src"].props()
+    topic = f"bp-small-{codec}-{uid()}"
+    create_topic(src, topic, 1)
+    small_batches(src, topic, 40_000, codec)
+    source_rows = read_all(src, topic)
+    copier = make_copier(f"g-{uid()}", catchup_lag_threshold=500)
+    task = PartitionTask(ROUTE, topic, 0, topic)
+    with modes_seen(copier, task, every_s=0.02) as seen:
+        copier.assign([task])
+        wait_for(lambda: copied_through(copier, task, len(source_rows)), "the backlog copied")
+    return topic, source_rows, seen
+
+
 def test_a_backlog_of_small_compressed_batches_moves_to_record_mode_and_arrives_once(
     sandbox: Sandbox, make_copier: Callable[..., Copier], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -355,18 +377,8 @@ def test_a_backlog_of_small_compressed_batches_moves_to_record_mode_and_arrives_
     and finishes its backlog in the record catch-up pipeline: every record once, in order."""
     from strait.worker import moves
 
-    monkeypatch.setattr(moves, "MIN_DWELL_S", 0.3)  # judged soon, long before the backlog ends
-    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.2)
-    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
-    topic = f"bp-sparse-{uid()}"
-    create_topic(src, topic, 1)
-    small_batches(src, topic, 40_000, "lz4")
-    source_rows = read_all(src, topic)
-    copier = make_copier(f"g-{uid()}", catchup_lag_threshold=500)
-    task = PartitionTask(ROUTE, topic, 0, topic)
-    with modes_seen(copier, task, every_s=0.02) as seen:
-        copier.assign([task])
-        wait_for(lambda: copied_through(copier, task, len(source_rows)), "the backlog copied")
+    topic, source_rows, seen = copy_small_backlog(sandbox, make_copier, monkeypatch, "lz4")
+    dst = sandbox.clusters["dst"].props()
     reasons: list[tuple[str | None, str]] = []
     for pipeline, _, reason in seen:
         if not reasons or reasons[-1] != (pipeline, reason):
@@ -387,18 +399,8 @@ def test_a_backlog_of_small_uncompressed_batches_drains_merged_in_batch_mode(
     fewer destination batches than the source holds."""
     from strait.worker import moves
 
-    monkeypatch.setattr(moves, "MIN_DWELL_S", 0.3)
-    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.2)
-    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
-    topic = f"bp-merged-{uid()}"
-    create_topic(src, topic, 1)
-    small_batches(src, topic, 40_000, "none")
-    source_rows = read_all(src, topic)
-    copier = make_copier(f"g-{uid()}", catchup_lag_threshold=500)
-    task = PartitionTask(ROUTE, topic, 0, topic)
-    with modes_seen(copier, task, every_s=0.02) as seen:
-        copier.assign([task])
-        wait_for(lambda: copied_through(copier, task, len(source_rows)), "the backlog copied")
+    topic, source_rows, seen = copy_small_backlog(sandbox, make_copier, monkeypatch, "none")
+    dst = sandbox.clusters["dst"].props()
     assert seen[0] == ("batch", "batch", "lagging: more than 500 records behind"), seen
     # Never judged sparse (it may move to the realtime pipeline once caught up, as any does).
     assert all(pipeline != "catchup" and reason != moves.sparse_reason() for pipeline, _, reason in seen), seen
