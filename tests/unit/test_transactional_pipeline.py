@@ -552,3 +552,78 @@ def test_a_flush_that_never_returns_inside_a_transaction_replaces_the_producer(
         hang.set()
     # Every record committed once, by the new producer (the stuck one's transaction counted for nothing).
     assert healthy.calls[0] == "init" and healthy.committed.get(0) == [0, 1, 2, 3, 4]
+
+
+class HangingInitProducer(TxnProducer):
+    """init_transactions never returns (until released): the coordinator that hung a flush."""
+
+    def __init__(self, hang: threading.Event) -> None:
+        super().__init__()
+        self.init_hang = hang
+
+    def init_transactions(self, *_: Any) -> None:
+        self.calls.append("init")
+        self.init_hang.wait()
+
+
+def test_an_init_that_never_returns_is_given_up_for_a_new_producer(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The short chaos run: a flush hung and was replaced, and the pipeline stopped serving
+    # releases for good (revokes held with nothing unacknowledged); the new producer's init is
+    # the next call that meets the same coordinator, and was then called without a deadline.
+    monkeypatch.setattr(transactional, "HUNG_AFTER_S", 0.2)
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    hang = threading.Event()
+    stuck, healthy = HangingInitProducer(hang), TxnProducer()
+    pipeline = _pipeline(FakeConsumer({0: list(range(5))}), stuck)
+    monkeypatch.setattr(pipeline, "_make_producer", lambda _props: healthy)
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    try:
+        for _ in range(10):
+            pipeline._step()
+            time.sleep(0.01)
+        assert stuck.calls == ["init"] and pipeline._producer is healthy
+        assert healthy.committed.get(0) == [0, 1, 2, 3, 4] and state.durable == 5
+        _hand_over_completes(pipeline, state)
+    finally:
+        hang.set()
+
+
+class HangingAbortProducer(TxnProducer):
+    def __init__(self, hang: threading.Event) -> None:
+        super().__init__()
+        self.abort_hang = hang
+
+    def abort_transaction(self, *_: Any) -> None:
+        self.calls.append("abort")
+        self.abort_hang.wait()
+
+
+def test_an_abort_that_never_returns_replaces_the_producer_and_resumes_from_the_checkpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(transactional, "HUNG_AFTER_S", 0.2)
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    hang = threading.Event()
+    stuck, healthy = HangingAbortProducer(hang), TxnProducer()
+    consumer = FakeConsumer({0: list(range(5))})
+    pipeline = _pipeline(consumer, stuck, transaction_interval_s=3600.0)
+    monkeypatch.setattr(pipeline, "_make_producer", lambda _props: healthy)
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    try:
+        pipeline._step()  # 0..4 copied and committed with the start
+        consumer.logs[0] += list(range(5, 10))
+        pipeline._step()  # 5..9 inside an open transaction
+        pipeline._abort_needed = True
+        pipeline._step()  # the abort hangs: a new producer
+        assert pipeline._producer is healthy and state.durable == 5
+        for _ in range(5):
+            pipeline._step()
+            time.sleep(0.01)
+        _hand_over_completes(pipeline, state)  # a released partition ends with a commit
+    finally:
+        hang.set()
+    assert stuck.committed.get(0) == [0, 1, 2, 3, 4]
+    assert healthy.committed.get(0) == [5, 6, 7, 8, 9], "5..9 copied again by the new producer, once"
+    assert state.durable == 10

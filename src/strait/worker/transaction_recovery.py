@@ -26,6 +26,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from strait.worker.backlog import Key, Run
 from strait.worker.checkpoint import AckTracker
+from strait.worker.deadline import CallHung
 from strait.worker.pipeline import ACCESS_RETRY_S, PartitionState, describe_error
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,19 @@ class TransactionRecovery:
 
     def _finish_releases(self) -> None:
         raise NotImplementedError
+
+    def _transaction_call(self, method: Any, *args: Any) -> Any:
+        """A transaction call with a deadline (strait.worker.deadline); CallHung past it."""
+        raise NotImplementedError
+
+    def _renew_producer(self, reason: str) -> None:
+        """A producer that never took the id (its init hung) is swapped for a fresh one."""
+        log.error(
+            "pipeline %s: %s; taking transactional id %s with a new producer", self.name, reason, self._transactional_id
+        )
+        self._hung_producers.append(self._producer)
+        self._producer = self._make_producer(self._destination_props)
+        self._initialised = False
 
     def _replace_producer(self, reason: str, *, outcome_known: bool) -> None:
         """Start over with a new producer of the same transactional id.
@@ -132,9 +146,13 @@ class TransactionRecovery:
         self._abort_needed = False
         if self._txn_open:
             try:
-                self._producer.abort_transaction(TRANSACTION_TIMEOUT_S)
+                self._transaction_call(self._producer.abort_transaction, TRANSACTION_TIMEOUT_S)
             except KafkaException as exc:
                 self._on_transaction_error(exc.args[0], "aborting")
+                return
+            except CallHung as exc:
+                # The abort never returned: a new producer's init aborts that transaction.
+                self._replace_producer(f"{exc} (a librdkafka hang)", outcome_known=True)
                 return
         self._txn_open = False
         self._commit_offsets = None

@@ -121,7 +121,11 @@ class TransactionalPipeline(RecordPipeline, TransactionRecovery):
         """Take the transactional id over: aborts what an earlier incarnation left open."""
         if self._metadata is None:
             self._metadata = group_metadata(self._destination_props, self._checkpoint_group)
-        self._producer.init_transactions(TRANSACTION_TIMEOUT_S)
+        # With a deadline like the other transaction calls. In a short chaos run a flush hung
+        # and was replaced, and the pipeline then served no release any more (revokes held
+        # with nothing unacknowledged): the new producer's init, the next call to meet the
+        # coordinator that hung the flush, is the likeliest place (not confirmed by a stack).
+        self._transaction_call(self._producer.init_transactions, TRANSACTION_TIMEOUT_S)
         self._initialised = True
         log.info("pipeline %s: transactional id %s ready", self.name, self._transactional_id)
         if self._unresolved:
@@ -157,6 +161,12 @@ class TransactionalPipeline(RecordPipeline, TransactionRecovery):
                     log.warning("pipeline %s: %s while initialising; trying again", self.name, describe_error(error))
                     self._run_commands()
                     time.sleep(0.5)
+                return
+            except CallHung as exc:
+                # Nothing was written by this producer: another one takes the id over, and the
+                # partitions held for an unknown outcome stay held until one is ready.
+                self._renew_producer(f"{exc} (a librdkafka hang)")
+                self._run_commands()
                 return
         try:
             super()._step()
@@ -376,6 +386,9 @@ class TransactionalPipeline(RecordPipeline, TransactionRecovery):
             if state.task in offsets:
                 state.durable = offsets[state.task]
         self._in_txn.clear()
+
+    def _transaction_call(self, method: Any, *args: Any) -> Any:
+        return self._calls.call(method, *args, deadline_s=HUNG_AFTER_S)
 
     def _bounded_flush(self) -> None:
         """``flush()`` inside a transaction, with a deadline: at it the producer is replaced
