@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Literal
 
 from confluent_kafka import KafkaException
@@ -42,6 +43,9 @@ REALTIME = "realtime"
 CATCHUP = "catchup"
 BATCH = "batch"
 REALTIME_BATCH = "realtime-batch"  # a batch route's caught-up partitions, in batch mode
+# The realtime batch pipeline's fetch gathering window (PipelineSettings.fetch_gather_ms): it
+# runs only while caught-up partitions bring thousands of records a second (realtime_copy: auto).
+GATHER_MS = 5
 
 CopyMode = Literal["record", "batch"]
 RealtimeCopy = Literal["record", "batch", "auto"]
@@ -138,7 +142,8 @@ class Copier(PartitionStarts):
                 batch_factory = BatchPipeline
             self._batch = batch_factory(name=BATCH, settings=catchup_settings, **common)
             if realtime_copy != "record" and catchup_lag_threshold is not None:
-                realtime_batch = batch_factory(name=REALTIME_BATCH, settings=realtime_settings, **common)
+                gathering = replace(realtime_settings, fetch_gather_ms=realtime_settings.fetch_gather_ms or GATHER_MS)
+                realtime_batch = batch_factory(name=REALTIME_BATCH, settings=gathering, **common)
         self._moves = Moves(
             realtime=self._realtime,
             catchup=self._catchup,

@@ -302,6 +302,10 @@ class PipelineSettings:
     queued_max_kbytes: int = 16 * 1024
     fetch_max_bytes: int = 8 * 1024 * 1024
     fetch_wait_max_ms: int = 100
+    # Batch pipelines only. While a leader's last fetch answer brought records, the next fetch
+    # asks the broker to gather for up to this long (min_bytes GATHER_MIN_BYTES) instead of
+    # answering at the first record; an idle leader is long-polled as before. 0: off.
+    fetch_gather_ms: int = 0
     # How long librdkafka waits before fetching a partition again once the consumer's queue is
     # over its bounds (queued.max.messages.kbytes, queued.min.messages). Its default, 1 s, is
     # far longer than the loop takes to empty the queue (a 32 MB queue of 100 B records: about

@@ -233,6 +233,7 @@ class ClusterLink:
         partition_max_bytes: Mapping[Key, int],
         max_bytes: int,
         max_wait_ms: int,
+        min_bytes: int = 1,
     ) -> Any:
         """One sessionless Fetch of several partitions of one leader, each from its offset."""
         from kafka.protocol.consumer import FetchRequest
@@ -252,7 +253,7 @@ class ClusterLink:
         request = FetchRequest(
             replica_id=-1,
             max_wait_ms=max_wait_ms,
-            min_bytes=1,
+            min_bytes=min_bytes,
             max_bytes=max_bytes,
             isolation_level=READ_COMMITTED,
             session_id=0,
