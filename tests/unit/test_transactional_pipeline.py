@@ -570,14 +570,9 @@ def test_an_init_that_never_returns_is_given_up_for_a_new_producer(monkeypatch: 
     # The short chaos run: a flush hung and was replaced, and the pipeline stopped serving
     # releases for good (revokes held with nothing unacknowledged); the new producer's init is
     # the next call that meets the same coordinator, and was then called without a deadline.
-    monkeypatch.setattr(transactional, "HUNG_AFTER_S", 0.2)
-    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
     hang = threading.Event()
     stuck, healthy = HangingInitProducer(hang), TxnProducer()
-    pipeline = _pipeline(FakeConsumer({0: list(range(5))}), stuck)
-    monkeypatch.setattr(pipeline, "_make_producer", lambda _props: healthy)
-    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
-    pipeline.add(state, 0)
+    pipeline, state = _hung(monkeypatch, stuck, healthy)
     try:
         for _ in range(10):
             pipeline._step()
