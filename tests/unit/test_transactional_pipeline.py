@@ -622,3 +622,30 @@ def test_an_abort_that_never_returns_replaces_the_producer_and_resumes_from_the_
     assert stuck.committed.get(0) == [0, 1, 2, 3, 4]
     assert healthy.committed.get(0) == [5, 6, 7, 8, 9], "5..9 copied again by the new producer, once"
     assert state.durable == 10
+
+
+class HangingBeginProducer(TxnProducer):
+    """begin_transaction never returns: librdkafka waits for its main thread without a bound."""
+
+    def __init__(self, hang: threading.Event) -> None:
+        super().__init__()
+        self.begin_hang = hang
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+        self.begin_hang.wait()
+
+
+def test_a_begin_that_never_returns_replaces_the_producer(monkeypatch: pytest.MonkeyPatch) -> None:
+    hang = threading.Event()
+    stuck, healthy = HangingBeginProducer(hang), TxnProducer()
+    pipeline, state = _hung(monkeypatch, stuck, healthy)
+    try:
+        for _ in range(10):
+            pipeline._step()
+            time.sleep(0.01)
+        assert stuck.calls == ["init", "begin"] and pipeline._producer is healthy
+        _hand_over_completes(pipeline, state)  # a released partition ends with a commit
+    finally:
+        hang.set()
+    assert healthy.committed.get(0) == [0, 1, 2, 3, 4] and state.durable == 5

@@ -235,9 +235,13 @@ class TransactionalPipeline(RecordPipeline, TransactionRecovery):
             return False
         if not self._txn_open:
             try:
-                self._producer.begin_transaction()
+                # librdkafka waits for its main thread's answer to this one without a bound.
+                self._transaction_call(self._producer.begin_transaction)
             except KafkaException as exc:
                 self._on_transaction_error(exc.args[0], "beginning a transaction")
+                return True
+            except CallHung as exc:
+                self._replace_producer(f"{exc} (a librdkafka hang)", outcome_known=True)
                 return True
             self._txn_open = True
             self._txn_started = time.monotonic()
@@ -342,7 +346,7 @@ class TransactionalPipeline(RecordPipeline, TransactionRecovery):
         stage = "committing"
         try:
             if not self._txn_open:
-                self._producer.begin_transaction()
+                self._transaction_call(self._producer.begin_transaction)
                 self._txn_open = True
             if self._commit_offsets is None:
                 # Every record of the transaction acknowledged (or failed) first: the offsets
