@@ -9,7 +9,7 @@ from strait.bench.markdown import VERDICT_HEADER, _n, _table, _verdict
 
 
 def throughput_md(doc: dict[str, Any]) -> list[str]:
-    runs = doc["runs"]
+    runs = [r for r in doc["runs"] if r["system"] != "ceiling"]
     rows = []
     for r in sorted(
         runs,
@@ -89,7 +89,58 @@ def throughput_md(doc: dict[str, Any]) -> list[str]:
         ],
         ratio_rows,
     )
-    return lines
+    return lines + ceiling_md(doc["runs"])
+
+
+def ceiling_md(runs: list[dict[str, Any]]) -> list[str]:
+    """The ceiling runs (strait.bench.ceiling), each with every system's mean records/s at the
+    same record size and codec (one worker / task) as a share of it; nothing without them."""
+    ceilings = [r for r in runs if r["system"] == "ceiling"]
+    if not ceilings:
+        return []
+    copies = [r for r in runs if r["system"] != "ceiling" and r.get("parallelism") == 1 and not r.get("error")]
+    labels = sorted({_label(r) for r in copies})
+    rows = []
+    for c in sorted(ceilings, key=lambda r: (r["size"], r["compression"], r.get("repeat", 0))):
+        shares = []
+        for label in labels:
+            rates = [
+                r["records_per_s"]
+                for r in copies
+                if _label(r) == label and (r["size"], r["compression"]) == (c["size"], c["compression"])
+            ]
+            ceiling = c.get("records_per_s")
+            shares.append(_n(sum(rates) / len(rates) / ceiling, 2) if rates and ceiling else "—")
+        rows.append(
+            [
+                f"{c['size']} B",
+                c["compression"],
+                str(c.get("repeat", 0) + 1),
+                _n((c.get("write") or {}).get("records_per_s")),
+                _n((c.get("read") or {}).get("records_per_s")),
+                _n(c.get("records_per_s")) if not c.get("error") else f"failed: {c['error'][:120]}",
+                _n(c.get("cpu_s_per_gb")),
+                *shares,
+            ]
+        )
+    lines = [
+        "",
+        "Ceiling: Kafka's own `ProducerPerformance` writing and `ConsumerPerformance` reading the same "
+        "number of records of the same size and codec at once on the same clusters, no replicator between "
+        "(producer and consumer with the tuned profile's settings, acks=all); the slower of the two bounds "
+        "any copy on this machine. Their CPU is each tool's whole life, JVM start-up included. Then each "
+        "system's mean records/s (one worker / task) as a share of that ceiling:",
+        "",
+    ]
+    return lines + _table(
+        ["record", "compr.", "run", "write rec/s", "read rec/s", "ceiling rec/s", "tools' CPU s/GB"]
+        + [f"{label} / ceiling" for label in labels],
+        rows,
+    )
+
+
+def _label(run: dict[str, Any]) -> str:
+    return _strait_copy(run) if run["system"] == "strait" else _mm2_profile(run)
 
 
 def _mm2_profile(run: dict[str, Any]) -> str:

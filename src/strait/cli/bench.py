@@ -44,6 +44,12 @@ def throughput(
         "--mm2-profile",
         help="MirrorMaker 2 settings: default, tuned (comma-separated; the tuned ones are listed in BENCHMARKS.md).",
     ),
+    ceiling: bool = typer.Option(
+        False,
+        "--ceiling",
+        help="Also measure the ceiling: Kafka's ProducerPerformance and ConsumerPerformance writing and "
+        "reading the same records at once, no replicator between (per record size and compression).",
+    ),
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
@@ -72,6 +78,7 @@ def throughput(
                 repeats=repeats,
                 copies=_copies(copy),
                 mm2_profiles=_mm2_profiles(mm2_profile),
+                ceiling=ceiling,
             )
         ],
         max_load=max_load,

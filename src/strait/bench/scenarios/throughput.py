@@ -18,6 +18,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from strait.bench import reader, workload
+from strait.bench.ceiling import ceiling_run
 from strait.bench.markdown import missing_words
 from strait.bench.mirrormaker import profile_properties
 from strait.bench.procstat import ProcessMeter
@@ -49,12 +50,14 @@ def throughput(
     timeout_s: float = 600.0,
     copies: Sequence[str] = ("record",),
     mm2_profiles: Sequence[str] = ("default",),
+    ceiling: bool = False,
 ) -> dict[str, Any]:
     """Copy a pre-filled topic; records/s, MB/s, CPU seconds per GB and peak RSS of the replicator.
 
     ``copies``: Strait's route ``copy`` modes to run (record, batch); ``mm2_profiles``: MirrorMaker
     2's settings (default, tuned: :data:`strait.bench.mirrormaker.MM2_PROFILES`), each compared
-    with each Strait mode in the same run.
+    with each Strait mode in the same run. ``ceiling``: per record size and codec, Kafka's own
+    tools read and write the same amount at once (:mod:`strait.bench.ceiling`).
     """
     for name in mm2_profiles:
         profile_properties(name)  # an unknown profile fails before any run
@@ -62,6 +65,24 @@ def throughput(
     for repeat in range(repeats):
         for size in sizes:
             for compression in compressions:
+                if ceiling:
+                    bench.log(
+                        f"throughput: ceiling (Kafka's ProducerPerformance and ConsumerPerformance at once), "
+                        f"{records:,} records of {size} B, compression {compression} (repeat {repeat + 1}/{repeats})"
+                    )
+                    run = ceiling_run(
+                        bench.src,
+                        bench.dst,
+                        bench.run_dir(topic_name("ceiling", size, compression)),
+                        size=size,
+                        compression=compression,
+                        records=records,
+                        partitions=partitions,
+                        timeout_s=timeout_s,
+                    )
+                    run["repeat"] = repeat
+                    runs.append(run)
+                    bench.log(f"  -> {_fmt_ceiling(run)}")
                 for workers in parallelism:
                     for system, copy, profile in _systems(bench.order(repeat), copies, mm2_profiles):
                         mode = f" copy {copy}" if copy else f" profile {profile}" if profile else ""
@@ -97,6 +118,7 @@ def throughput(
             "copies": list(copies),
             "mm2_profiles": list(mm2_profiles),
             "mm2_profile_settings": {p: profile_properties(p) for p in mm2_profiles},
+            "ceiling": ceiling,
         },
         "runs": runs,
         "ratios": ratios,
@@ -169,6 +191,15 @@ def throughput_ratios(
                     }
                 )
     return rows
+
+
+def _fmt_ceiling(run: dict[str, Any]) -> str:
+    if run.get("error"):
+        return f"FAILED: {run['error']}"
+    return (
+        f"{run['records_per_s']:,.0f} rec/s (write {run['write']['records_per_s']:,.0f}, "
+        f"read {run['read']['records_per_s']:,.0f}), tools' CPU {run['cpu_s_per_gb']:.0f} s/GB"
+    )
 
 
 def _fmt_throughput(run: dict[str, Any]) -> str:
