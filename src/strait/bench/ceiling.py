@@ -4,8 +4,9 @@ destination at the same time, with no replicator between them.
 ``ConsumerPerformance`` reads the pre-filled source topic while ``ProducerPerformance`` writes
 as many records of the same size and codec to a fresh destination topic (producer settings of
 MirrorMaker 2's ``tuned`` profile, acks=all). A copy needs both at once on the same two cores,
-so the slower of the two rates bounds what any replicator here can reach; a replicator's
-records/s against it shows the gap to the physical limit (issue 12). The tools' payloads are
+so the slower of the two rates bounds what a replicator that decodes and re-encodes records can
+reach here; a replicator's records/s against it shows the gap to that limit (issue 12). A copy of
+whole batches (Strait's batch mode) re-encodes nothing and can pass it. The tools' payloads are
 text of the benchmark's own kind (so lz4 compresses them alike) but not the same bytes.
 
 Each rate is the tool's own: ProducerPerformance's from its first send to its last

@@ -128,7 +128,8 @@ def ceiling_md(runs: list[dict[str, Any]]) -> list[str]:
         "Ceiling: Kafka's own `ProducerPerformance` writing and `ConsumerPerformance` reading the same "
         "number of records of the same size and codec at once on the same clusters, no replicator between "
         "(producer and consumer with the tuned profile's settings, acks=all); the slower of the two bounds "
-        "any copy on this machine. Their CPU is each tool's whole life, JVM start-up included. Then each "
+        "any copy that decodes and re-encodes records on this machine (a copy of whole batches re-encodes "
+        "nothing and can pass it). Their CPU is each tool's whole life, JVM start-up included. Then each "
         "system's mean records/s (one worker / task) as a share of that ceiling:",
         "",
     ]
