@@ -554,44 +554,59 @@ def test_a_flush_that_never_returns_inside_a_transaction_replaces_the_producer(
     assert healthy.calls[0] == "init" and healthy.committed.get(0) == [0, 1, 2, 3, 4]
 
 
-class HangingInitProducer(TxnProducer):
-    """init_transactions never returns (until released): the coordinator that hung a flush."""
+class HangsIn(TxnProducer):
+    """One transaction call (``call``: init, begin or abort) never returns until ``hang`` is set."""
 
-    def __init__(self, hang: threading.Event) -> None:
+    def __init__(self, call: str, hang: threading.Event) -> None:
         super().__init__()
-        self.init_hang = hang
+        self.hang_call, self.hang_released = call, hang
 
-    def init_transactions(self, *_: Any) -> None:
-        self.calls.append("init")
-        self.init_hang.wait()
+    def _hangs(self, call: str) -> bool:
+        if call != self.hang_call:
+            return False
+        self.calls.append(call)
+        self.hang_released.wait()
+        return True
+
+    def init_transactions(self, *args: Any) -> None:
+        if not self._hangs("init"):
+            super().init_transactions(*args)
+
+    def begin_transaction(self) -> None:
+        if not self._hangs("begin"):
+            super().begin_transaction()
+
+    def abort_transaction(self, *args: Any) -> None:
+        if not self._hangs("abort"):
+            super().abort_transaction(*args)
 
 
-def test_an_init_that_never_returns_is_given_up_for_a_new_producer(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The short chaos run: a flush hung and was replaced, and the pipeline stopped serving
-    # releases for good (revokes held with nothing unacknowledged); the new producer's init is
-    # the next call that meets the same coordinator, and was then called without a deadline.
+@pytest.mark.parametrize(
+    ("call", "stuck_calls"),
+    [
+        # The short chaos run: a flush hung and was replaced, and the pipeline stopped serving
+        # releases for good (revokes held with nothing unacknowledged); the new producer's init
+        # is the next call that meets the same coordinator, and was then called without a deadline.
+        ("init", ["init"]),
+        # librdkafka waits for its main thread's answer to begin_transaction without a bound.
+        ("begin", ["init", "begin"]),
+    ],
+)
+def test_an_init_or_begin_that_never_returns_is_given_up_for_a_new_producer(
+    monkeypatch: pytest.MonkeyPatch, call: str, stuck_calls: list[str]
+) -> None:
     hang = threading.Event()
-    stuck, healthy = HangingInitProducer(hang), TxnProducer()
+    stuck, healthy = HangsIn(call, hang), TxnProducer()
     pipeline, state = _hung(monkeypatch, stuck, healthy)
     try:
         for _ in range(10):
             pipeline._step()
             time.sleep(0.01)
-        assert stuck.calls == ["init"] and pipeline._producer is healthy
-        assert healthy.committed.get(0) == [0, 1, 2, 3, 4] and state.durable == 5
-        _hand_over_completes(pipeline, state)
+        assert stuck.calls == stuck_calls and pipeline._producer is healthy
+        _hand_over_completes(pipeline, state)  # a released partition ends with a commit
     finally:
         hang.set()
-
-
-class HangingAbortProducer(TxnProducer):
-    def __init__(self, hang: threading.Event) -> None:
-        super().__init__()
-        self.abort_hang = hang
-
-    def abort_transaction(self, *_: Any) -> None:
-        self.calls.append("abort")
-        self.abort_hang.wait()
+    assert healthy.committed.get(0) == [0, 1, 2, 3, 4] and state.durable == 5
 
 
 def test_an_abort_that_never_returns_replaces_the_producer_and_resumes_from_the_checkpoint(
@@ -600,7 +615,7 @@ def test_an_abort_that_never_returns_replaces_the_producer_and_resumes_from_the_
     monkeypatch.setattr(transactional, "HUNG_AFTER_S", 0.2)
     monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
     hang = threading.Event()
-    stuck, healthy = HangingAbortProducer(hang), TxnProducer()
+    stuck, healthy = HangsIn("abort", hang), TxnProducer()
     consumer = FakeConsumer({0: list(range(5))})
     pipeline = _pipeline(consumer, stuck, transaction_interval_s=3600.0)
     monkeypatch.setattr(pipeline, "_make_producer", lambda _props: healthy)
@@ -622,30 +637,3 @@ def test_an_abort_that_never_returns_replaces_the_producer_and_resumes_from_the_
     assert stuck.committed.get(0) == [0, 1, 2, 3, 4]
     assert healthy.committed.get(0) == [5, 6, 7, 8, 9], "5..9 copied again by the new producer, once"
     assert state.durable == 10
-
-
-class HangingBeginProducer(TxnProducer):
-    """begin_transaction never returns: librdkafka waits for its main thread without a bound."""
-
-    def __init__(self, hang: threading.Event) -> None:
-        super().__init__()
-        self.begin_hang = hang
-
-    def begin_transaction(self) -> None:
-        self.calls.append("begin")
-        self.begin_hang.wait()
-
-
-def test_a_begin_that_never_returns_replaces_the_producer(monkeypatch: pytest.MonkeyPatch) -> None:
-    hang = threading.Event()
-    stuck, healthy = HangingBeginProducer(hang), TxnProducer()
-    pipeline, state = _hung(monkeypatch, stuck, healthy)
-    try:
-        for _ in range(10):
-            pipeline._step()
-            time.sleep(0.01)
-        assert stuck.calls == ["init", "begin"] and pipeline._producer is healthy
-        _hand_over_completes(pipeline, state)  # a released partition ends with a commit
-    finally:
-        hang.set()
-    assert healthy.committed.get(0) == [0, 1, 2, 3, 4] and state.durable == 5
