@@ -6,7 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from strait.bench.ceiling import PAYLOADS, parse_consumer, parse_producer, payload_file
+from strait.bench.ceiling import (
+    CONSUMER_SETTINGS,
+    PAYLOADS,
+    PRODUCER_SETTINGS,
+    parse_consumer,
+    parse_producer,
+    payload_file,
+)
+from strait.bench.mirrormaker import write_properties
 from strait.bench.report_throughput import ceiling_md, throughput_md
 
 # ProducerPerformance prints a line every 5 s and a closing one with percentiles: the last counts.
@@ -76,3 +84,12 @@ def test_without_ceiling_runs_the_throughput_tables_are_unchanged() -> None:
     # One row in the runs table (Strait's: the ceiling has its own table), one in the ceiling's.
     assert len(rows) == 2 and "Strait (batch)" in rows[0], rows
     assert "failed: write tool gave no result" in rows[1]
+
+
+def test_the_tools_properties_are_escaped_and_private(tmp_path: Path) -> None:
+    # They carry the clusters' Java security settings: a password, a private key.
+    path = write_properties(tmp_path / "producer.properties", {"sasl.jaas.config": " x\nx", "acks": "all"})
+    assert path.read_text() == "sasl.jaas.config=\\ x\\nx\nacks=all\n"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert PRODUCER_SETTINGS["acks"] == "all" and PRODUCER_SETTINGS["linger.ms"] == "25"
+    assert CONSUMER_SETTINGS["max.poll.records"] == "5000"

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from strait.bench import workload
-from strait.bench.mirrormaker import java_client_properties
+from strait.bench.mirrormaker import MM2_PROFILES, java_client_properties, write_properties
 from strait.bench.records import STAMP_SIZE, encode
 from strait.sandbox import artifacts
 from strait.sandbox.process import JVM_OPTIONS, java_binary
@@ -36,20 +36,15 @@ from strait.sandbox.process import JVM_OPTIONS, java_binary
 PRODUCER_CLASS = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_CLASS = "org.apache.kafka.tools.ConsumerPerformance"
 
+
+def _client_settings(prefix: str) -> dict[str, str]:
+    """MirrorMaker 2's tuned settings of one of its clients (``dst.producer.``, ``src.consumer.``)."""
+    return {k.removeprefix(prefix): v for k, v in MM2_PROFILES["tuned"].items() if k.startswith(prefix)}
+
+
 # What a careful operator's producer and consumer use for a bulk copy (MirrorMaker 2's tuned profile).
-PRODUCER_SETTINGS = {
-    "acks": "all",
-    "batch.size": "1000000",
-    "linger.ms": "25",
-    "max.request.size": "8388608",
-    "buffer.memory": "134217728",
-}
-CONSUMER_SETTINGS = {
-    "max.poll.records": "5000",
-    "fetch.min.bytes": "262144",
-    "fetch.max.wait.ms": "100",
-    "max.partition.fetch.bytes": "4194304",
-}
+PRODUCER_SETTINGS = {"acks": "all", **_client_settings("dst.producer.")}
+CONSUMER_SETTINGS = _client_settings("src.consumer.")
 # Distinct payloads ProducerPerformance picks from at random.
 PAYLOADS = 1000
 
@@ -96,11 +91,6 @@ def payload_file(path: Path, size: int) -> Path:
     return path
 
 
-def _properties(path: Path, props: Mapping[str, str]) -> Path:
-    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    return path
-
-
 def ceiling_run(
     src: Mapping[str, Any],
     dst: Mapping[str, Any],
@@ -119,11 +109,11 @@ def ceiling_run(
     workload.create_topics(dst, [destination_topic], partitions)
     workload.prefill(src, source_topic, partitions, records, size, compression=compression)
     classpath = artifacts.classpath("kafka")
-    producer_config = _properties(
+    producer_config = write_properties(
         run_dir / "producer.properties",
         {**java_client_properties(dst), **PRODUCER_SETTINGS, "compression.type": compression},
     )
-    consumer_config = _properties(
+    consumer_config = write_properties(
         run_dir / "consumer.properties",
         {**java_client_properties(src), **CONSUMER_SETTINGS, "auto.offset.reset": "earliest"},
     )

@@ -382,6 +382,13 @@ class MirrorMaker2:
             process.stop(pid, self._marker, timeout_s=20)
 
 
+def write_properties(path: Path, props: Mapping[str, str]) -> Path:
+    """A Java ``.properties`` file of ``props``, escaped, readable by its owner only (it may
+    hold a password or a private key)."""
+    _write_private(path, "".join(f"{key}={_property_value(value)}\n" for key, value in props.items()))
+    return path
+
+
 def _write_private(path: Path, text: str) -> None:
     # Created 0600 from the start: it may hold a password or a private key.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
