@@ -83,7 +83,6 @@ class OffsetProbe:
                 self._admins.pop(route, None)
                 raise TimeoutError(f"no answer within {HUNG_AFTER_S:.0f}s") from None
             raise  # a TimeoutError of the read itself (an end offset's future): fresh clients too
-        # (The read's own timeouts end in TimeoutError or KafkaException, raised here.)
 
     def _read_route(self, route: str, keys: list[PartitionKey]) -> dict[PartitionKey, tuple[int | None, int | None]]:
         spec = self._config.route(route)
