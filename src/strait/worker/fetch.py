@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 
 from strait import clients
 from strait.metrics.stages import DESTINATION, SOURCE, CopyObserver, client_settings
@@ -57,6 +57,7 @@ from strait.worker.sending import GAP_RETENTION as GAP_RETENTION
 from strait.worker.sending import GAP_SOURCE as GAP_SOURCE
 from strait.worker.sending import GAP_UNEXPECTED as GAP_UNEXPECTED
 from strait.worker.sending import RecordSending
+from strait.worker.source_partitions import SourcePartitions
 from strait.worker.stalls import LoopWatch
 from strait.worker.startup import ASSIGNED, FETCHED, mark
 
@@ -95,7 +96,7 @@ class RecordPipeline(RecordSending, PipelineLoop):
         self._producer = producer if producer is not None else self._make_producer(destination)
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._states: dict[Key, PartitionState] = {}
-        self._assigned: set[Key] = set()
+        self._source = SourcePartitions(self._consumer)  # every assign/pause/resume/seek
         self._draining: list[tuple[PartitionState, threading.Event]] = []
         # Fetched and not yet produced, in fetch order, in runs of one partition, each with where
         # the consumer's stream of its partition stood just before it; only ever holds
@@ -112,7 +113,6 @@ class RecordPipeline(RecordSending, PipelineLoop):
         # Partitions added whose first records were not fetched yet (strait.worker.startup).
         self._first_fetch: dict[Key, PartitionState] = {}
         self._stopping = threading.Event()
-        self._closed = False
         self._closing = False  # the pipeline is shutting down (its last flush, then close)
         self._thread = threading.Thread(target=self._run, name=f"strait-copy-{client_id}-{name}", daemon=True)
         self._next_watermarks = 0.0
@@ -267,7 +267,7 @@ class RecordPipeline(RecordSending, PipelineLoop):
         remaining = self._flush_on_stop(self._flush_timeout_s)
         if remaining:
             log.warning("pipeline %s stopped with %d records unacknowledged", self.name, remaining)
-        self._closed = True
+        self._source.close()
         try:
             self._consumer.close()
         except (KafkaException, RuntimeError):
@@ -317,11 +317,7 @@ class RecordPipeline(RecordSending, PipelineLoop):
             mark(state, ASSIGNED)
             self._first_fetch[key] = state
         self._reposition(key, offset)
-        if key in self._assigned:
-            self._consumer.seek(TopicPartition(key[0], key[1], offset))
-        else:
-            self._consumer.incremental_assign([TopicPartition(key[0], key[1], offset)])
-            self._assigned.add(key)
+        self._source.start(key, offset)
 
     def _release(self, state: PartitionState, done: threading.Event) -> None:
         key = (state.task.topic, state.task.partition)
@@ -345,10 +341,7 @@ class RecordPipeline(RecordSending, PipelineLoop):
 
     def _unassign(self, key: Key) -> None:
         self._stream.pop(key, None)
-        if key in self._assigned:
-            self._assigned.discard(key)
-            if not self._closed:
-                self._consumer.incremental_unassign([TopicPartition(key[0], key[1])])
+        self._source.stop(key)
 
     def _finish_releases(self) -> None:
         if not self._draining:
@@ -386,8 +379,7 @@ class RecordPipeline(RecordSending, PipelineLoop):
             state.rewinds += 1
             if state.error is None and state.fetching:
                 self._reposition(key, position)
-                self._consumer.seek(TopicPartition(key[0], key[1], position))
-                self._consumer.resume([state.tp])
+                self._source.resume_at(key, position)
 
     # -- watermarks ----------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from strait.worker.pipeline import (
 )
 from strait.worker.provenance import HEADER as OFFSET_HEADER
 from strait.worker.provenance import stamp as stamp_offset
+from strait.worker.source_partitions import SourcePartitions
 
 log = logging.getLogger(__name__)
 
@@ -75,19 +76,17 @@ class RecordSending:
 
     name: str
     _producer: Any
-    _consumer: Any
     _observer: CopyObserver | None
     _origin: OriginRule | None
     _source_props: Any
     _destination_props: Any
     _states: dict[Key, PartitionState]
-    _assigned: set[Key]
+    _source: SourcePartitions
     _backlog: deque[Run]
     _book: DeliveryBook
     _bulk: bool
     _fetched_at: float
     _reset: set[Key]
-    _closed: bool
     _closing: bool
 
     def _fail(self, state: PartitionState, reason: str) -> None:
@@ -366,8 +365,7 @@ class RecordSending:
         state.rewind_at = time.monotonic() + backoff_s
         key = (state.task.topic, state.task.partition)
         self._purge(key)
-        if key in self._assigned and not self._closed:
-            self._consumer.pause([state.tp])
+        self._source.pause(key)
 
     def _delivered(
         self,

@@ -22,12 +22,13 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException
 
 from strait.worker.backlog import Key, Run
 from strait.worker.checkpoint import AckTracker
 from strait.worker.deadline import CallHung
 from strait.worker.pipeline import ACCESS_RETRY_S, PartitionState, describe_error
+from strait.worker.source_partitions import SourcePartitions
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class TransactionRecovery:
 
     name: str
     _producer: Any
-    _consumer: Any
+    _source: SourcePartitions
     _transactional_id: str
     _destination_props: Mapping[str, Any]
     _states: dict[Key, PartitionState]
@@ -122,7 +123,7 @@ class TransactionRecovery:
             for key, state in self._unresolved.items():
                 if self._states.get(key) is state and state.fetching:
                     self._purge(key)
-                    self._consumer.pause([state.tp])
+                    self._source.pause(key)
             return
         for key, state in list(self._in_txn.items()):
             self._restart_from_durable(key, state)
@@ -173,12 +174,11 @@ class TransactionRecovery:
             if state.waiting is not None:
                 # Refused by the cluster: the loop's rewind seeks to the checkpoint later.
                 self._purge(key)
-                self._consumer.pause([state.tp])
+                self._source.pause(key)
                 state.rewind_at = time.monotonic() + ACCESS_RETRY_S
                 return
             self._reposition(key, durable)
-            self._consumer.seek(TopicPartition(key[0], key[1], durable))
-            self._consumer.resume([state.tp])
+            self._source.resume_at(key, durable)
 
     def _on_transaction_error(self, error: KafkaError, doing: str) -> None:
         if error.fatal() or error.code() in FATAL_CODES:
