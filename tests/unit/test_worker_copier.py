@@ -171,6 +171,28 @@ def _task(partition: int = 0, topic: str = "orders", start: str = "earliest") ->
     return PartitionTask(ROUTE, topic, partition, f"{topic}-copy", start)  # type: ignore[arg-type]
 
 
+SENTINEL = _task(0, topic="sentinel")
+
+
+def _start_sentinel(harness: Harness) -> None:
+    """A partition whose commits show the control thread's progress (see :func:`_a_turn_passes`)."""
+    harness.copier.assign([SENTINEL])
+    _wait_for(lambda: harness.checkpoints.history(SENTINEL) == [0])
+
+
+def _a_turn_passes(harness: Harness) -> None:
+    """Return once the control thread has run a whole turn that began after this call: the
+    sentinel's next record is acknowledged now, and its checkpoint is committed at the end of a
+    turn, after that turn's revokes were handled. Whatever the copier would do wrongly on its
+    next turn has been done by then."""
+    state = harness.state(SENTINEL)
+    offset = state.checkpoint
+    assert offset is not None
+    harness.realtime.send(state, offset)
+    harness.realtime.ack(state, offset)
+    _wait_for(lambda: harness.checkpoints.history(SENTINEL)[-1:] == [offset + 1])
+
+
 @pytest.fixture
 def harness(monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
     monkeypatch.setattr(moves, "MIN_DWELL_S", 0.0)
@@ -225,6 +247,7 @@ def test_revoke_waits_for_in_flight_acks_then_commits_the_exact_end(harness: Har
     state = harness.state(task)
     harness.realtime.send(state, 0, 1, 2, 5)  # 3-4: a transaction marker and an aborted record
     harness.realtime.ack(state, 0)
+    _start_sentinel(harness)
 
     returned = threading.Event()
 
@@ -233,41 +256,45 @@ def test_revoke_waits_for_in_flight_acks_then_commits_the_exact_end(harness: Har
         returned.set()
 
     threading.Thread(target=revoke, daemon=True).start()
-    assert not returned.wait(0.3), "revoke returned with records in flight"
+    # The control thread has asked the pipeline to release the partition, and a later turn
+    # found records still in flight: the revoke is still waiting.
+    _wait_for(lambda: any(s.task == task for s, _ in harness.realtime._releases))
+    _a_turn_passes(harness)
+    assert not returned.is_set(), "revoke returned with records in flight"
     assert harness.copier.stats()[task].state == "draining"
     harness.realtime.ack(state, 5, 2, 1)
     assert returned.wait(5)
     assert harness.checkpoints.history(task)[-1] == 6
-    assert harness.copier.assigned() == set()
+    assert harness.copier.assigned() == {SENTINEL}
     commits = len(harness.checkpoints.commits)
-    time.sleep(0.1)
+    _a_turn_passes(harness)
     assert harness.checkpoints.history(task)[-1] == 6
-    assert len(harness.checkpoints.commits) == commits, "a released partition was committed again"
+    assert not [c for c in harness.checkpoints.commits[commits:] if task in c], "a released partition was committed again"
 
 
 def test_a_revoke_that_times_out_keeps_the_partition_held_until_its_records_are_answered(
     harness: Harness,
 ) -> None:
-    # Review item C: a timed-out revoke used to count as released, so with a stalled
-    # destination the next owner wrote while this worker's records were still in flight.
+    # Counted as released, a timed-out revoke would let the next owner write while this
+    # worker's records are still in flight (a stalled destination).
     task = _task()
     harness.copier.assign([task])
     _wait_for(lambda: task in harness.realtime.states)
     state = harness.state(task)
     harness.realtime.send(state, 0, 1, 2)
     harness.realtime.ack(state, 0, 2)
+    _start_sentinel(harness)
     started = time.monotonic()
     assert harness.copier.revoke([task], timeout_s=0.3) == {task}
     assert time.monotonic() - started < 3
-    assert harness.copier.assigned() == {task}, "released with a record in flight"
-    time.sleep(0.1)
-    assert harness.copier.assigned() == {task}
+    assert task in harness.copier.assigned(), "released with a record in flight"
+    _a_turn_passes(harness)  # a turn past the revoke's deadline
+    assert task in harness.copier.assigned()
     # Assigned again meanwhile: it must start afresh after the revoke, not be lost in it.
     harness.copier.assign([task])
     harness.realtime.fail(state, 1)  # the producer gives up on record 1 (delivery timeout)
     _wait_for(lambda: harness.checkpoints.history(task)[-1:] == [1])  # 1 is re-sent by the next owner
-    _wait_for(lambda: len(harness.realtime.adds) == 2)
-    assert harness.realtime.adds[-1] == (task, 1)
+    _wait_for(lambda: [offset for t, offset in harness.realtime.adds if t == task] == [0, 1])
 
 
 def test_a_partition_that_falls_behind_moves_to_catchup_at_its_checkpoint(harness: Harness) -> None:
@@ -357,6 +384,14 @@ def test_partitions_wait_to_start_while_the_workers_lease_is_not_confirmed(monke
     # a partition assigned before the freeze would write beside its new owner.
     monkeypatch.setattr(starts, "START_RETRY_S", 0.05)
     lease = Lease(valid_for_s=60)
+    refusals = threading.Semaphore(0)
+
+    def valid() -> bool:
+        answer = lease.valid()
+        if not answer:
+            refusals.release()
+        return answer
+
     checkpoints = FakeCheckpoints()
     copier = Copier(
         route=ROUTE,
@@ -368,12 +403,14 @@ def test_partitions_wait_to_start_while_the_workers_lease_is_not_confirmed(monke
         pipeline_factory=FakePipeline,
         checkpoints=checkpoints,
         destinations=FakeDestinations(),
-        lease=lease.valid,
+        lease=valid,
     )
     copier.start()
     try:
         copier.assign([_task(0)])
-        time.sleep(0.3)
+        # The lease is asked only for a partition due to start; asked twice, the control thread
+        # has finished the turn that was refused.
+        assert refusals.acquire(timeout=5) and refusals.acquire(timeout=5)
         realtime: FakePipeline = copier._realtime  # type: ignore[assignment]
         assert realtime.adds == [] and copier.stats()[_task(0)].state == "starting"
         lease.confirm()
