@@ -269,7 +269,8 @@ def test_revoke_waits_for_in_flight_acks_then_commits_the_exact_end(harness: Har
     commits = len(harness.checkpoints.commits)
     _a_turn_passes(harness)
     assert harness.checkpoints.history(task)[-1] == 6
-    assert not [c for c in harness.checkpoints.commits[commits:] if task in c], "a released partition was committed again"
+    again = [c for c in harness.checkpoints.commits[commits:] if task in c]
+    assert not again, "a released partition was committed again"
 
 
 def test_a_revoke_that_times_out_keeps_the_partition_held_until_its_records_are_answered(
