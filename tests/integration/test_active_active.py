@@ -44,6 +44,21 @@ def _read(props: dict[str, Any], topic: str, idle_s: float = 4.0) -> list[tuple[
     return seen
 
 
+def _sentinels_copied(source: dict[str, Any], destination: dict[str, Any], topic: str, label: str) -> set[str]:
+    """Write one record to each partition of ``topic`` on ``source`` and wait until both are in
+    ``destination``: the route from ``source`` has then passed every record written before them,
+    so anything it would copy of those is in ``destination`` too. Returns the sentinels' values."""
+    values = {f"{label}:{p}" for p in range(2)}
+    producer = clients.producer(source, **{"enable.idempotence": True})
+    for p in range(2):
+        producer.produce(topic, f"{label}:{p}".encode(), partition=p)
+    assert producer.flush(60) == 0
+    deadline = time.monotonic() + 120
+    while not values <= {v for v, _ in _read(destination, topic, 2.0)}:
+        assert time.monotonic() < deadline, f"the sentinels {sorted(values)} were not copied"
+    return values
+
+
 @pytest.fixture
 def topic(sandbox: Sandbox) -> Iterator[str]:
     name = f"aa-{uuid.uuid4().hex[:8]}"
@@ -78,8 +93,10 @@ def test_two_way_replication_copies_each_record_once_and_never_loops(sandbox: Sa
             if len(got_a) >= 500 and len(got_b) >= 500:
                 break
             assert time.monotonic() < deadline, f"a has {len(got_a)}, b has {len(got_b)} of 500"
-        time.sleep(3)  # a loop would keep adding records now
-        got_a, got_b = _read(a, topic), _read(b, topic)
+        # Each route has passed every copy the other wrote: a copy sent back would be here now.
+        sentinels = _sentinels_copied(a, b, topic, "end-a") | _sentinels_copied(b, a, topic, "end-b")
+        got_a = [(v, o) for v, o in _read(a, topic) if v not in sentinels]
+        got_b = [(v, o) for v, o in _read(b, topic) if v not in sentinels]
     finally:
         for copier in copiers:
             copier.stop(drain=False, timeout_s=5)
