@@ -47,7 +47,7 @@ from strait.coordination.stats import for_zookeeper as stats_for_zookeeper
 from strait.coordination.store import CoordinationStore, StoreUnavailable, WorkerIdTaken
 from strait.metrics.worker import WorkerMetrics
 from strait.worker.destination import for_route as destination_topics
-from strait.worker.lease import Lease, always
+from strait.worker.lease import Lease, LeaseKeeper, always
 from strait.worker.origin import OriginRule
 from strait.worker.task import PartitionTask
 
@@ -179,6 +179,7 @@ class WorkerAgent:
         self._make_copier = make_copier
         self._lease = lease or Lease(config.zookeeper.session_timeout_s * LEASE_FRACTION)
         self._metrics = metrics
+        self._keeper = LeaseKeeper(self._lease, self._proves_session, self._lease.valid_for_s / 4)
         self._copiers: dict[str, RouteCopier] = {}
         self._tasks: dict[PartitionKey, PartitionTask] = {}  # what this worker holds
         self._state = WorkerState.JOINING
@@ -212,6 +213,7 @@ class WorkerAgent:
         self.store.on_session_change(self._on_session)
         self.store.watch_worker_assignment(self.id, self._on_assignment)  # only this worker's node
         self.store.watch_drain(self.id, self._on_drain_node)
+        self._keeper.start()
         for route in self.config.routes:
             copier = self._make_copier(route)
             copier.start()
@@ -257,6 +259,24 @@ class WorkerAgent:
             self._suspended_since = None
         self._wake.set()
 
+    # --- the lease keeper's thread ---------------------------------------------------------
+    def _proves_session(self) -> bool:
+        """A read of this worker's assignment through a session that is, before and after it,
+        connected and not cut off: the partitions assigned here are still ours."""
+
+        def healthy() -> bool:
+            return (
+                not self._session_lost
+                and not self._cut_off
+                and self._suspended_since is None
+                and self.store.session_state() is SessionState.CONNECTED
+            )
+
+        if not healthy():
+            return False
+        self.store.read_worker_assignment(self.id)
+        return healthy()
+
     # --- the loop ------------------------------------------------------------------------
     def _timeout(self) -> float:
         if self._state is WorkerState.DRAINING or self._suspended_since is not None:
@@ -296,8 +316,9 @@ class WorkerAgent:
             self._tasks.clear()
             self._leave()
             return
+        since = self._lease.revocations()
         assignment = self.store.read_worker_assignment(self.id)
-        self._lease.confirm()  # read through a live session just now
+        self._lease.confirm(since)  # read through a live session just now
         self._restart_fenced(assignment)
         self._apply(assignment)
         if self._state is WorkerState.JOINING:
@@ -484,6 +505,7 @@ class WorkerAgent:
         self.store.publish_stats(self.id, stats_for_zookeeper(report, self.config.worker.stats_interval_s))
 
     def _shutdown(self) -> None:
+        self._keeper.stop()
         for copier in self._copiers.values():
             try:
                 copier.stop(drain=True, timeout_s=self.config.worker.revoke_timeout_s)
