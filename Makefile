@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 UI_VENDOR ?= src/strait/web/static/vendor
 
-.PHONY: setup demo test lint unit bench clean
+.PHONY: setup demo test lint unit bench docs clean
 
 $(BIN)/strait: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,8 +35,11 @@ test: setup lint
 	$(BIN)/pytest -q --durations=15 tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
+docs: $(BIN)/strait
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: setup
 	$(BIN)/strait bench all
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site
