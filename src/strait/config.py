@@ -2,7 +2,8 @@
 
 Every node of a Strait deployment (controllers and workers) reads the same file, so that
 no node can drift from the others (MirrorMaker's per-node whitelists did). Topics are not
-in the file: they live in ZooKeeper and change through the controller's REST API.
+in the file: they live in the coordination store (ZooKeeper or a Kafka cluster) and change
+through the controller's REST API.
 
 Environment variables override the file (read by pydantic-settings): ``STRAIT_ZOOKEEPER__CONNECT=host:2181`` sets
 ``zookeeper.connect``; a double underscore separates levels. Values are
@@ -16,6 +17,7 @@ Any text value may reference a secret, ``${env:NAME}`` or ``${file:/path}`` (see
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import string
@@ -62,6 +64,55 @@ class ZookeeperConfig(_Model):
         if not value.startswith("/") or (len(value) > 1 and value.endswith("/")):
             raise ValueError("must be an absolute path without a trailing '/', e.g. /strait")
         return value
+
+
+class KafkaCoordinationConfig(_Model):
+    """Coordination on a Kafka cluster of `clusters:` (see strait.coordination.kafka)."""
+
+    cluster: str
+    # Names the two coordination topics (<prefix>.state, <prefix>.live) and the leader's
+    # transactional id (<prefix>-leader); fleets sharing a cluster need prefixes of their own.
+    prefix: str = "__strait"
+    # As zookeeper.session_timeout_s: a worker or leader whose heartbeats stop this long is gone.
+    session_timeout_s: float = Field(default=4.0, gt=0)
+
+    @field_validator("prefix")
+    @classmethod
+    def _valid_prefix(cls, value: str) -> str:
+        if not _TOPIC_CHARS.match(value) or len(value) > 200:
+            raise ValueError(f"{value!r}: use up to 200 letters, digits, '.', '_' or '-' (it names topics)")
+        return value
+
+
+class CoordinationConfig(_Model):
+    """Where the coordination state lives: exactly one of `kafka` and `zookeeper`."""
+
+    kafka: KafkaCoordinationConfig | None = None
+    zookeeper: ZookeeperConfig | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> CoordinationConfig:
+        if (self.kafka is None) == (self.zookeeper is None):
+            raise ValueError("give exactly one of kafka and zookeeper")
+        return self
+
+    @property
+    def session_timeout_s(self) -> float:
+        section = self.kafka or self.zookeeper
+        assert section is not None  # validated: exactly one
+        return section.session_timeout_s
+
+
+_legacy_zookeeper_warned = False
+
+
+def _warn_legacy_zookeeper() -> None:
+    global _legacy_zookeeper_warned
+    if not _legacy_zookeeper_warned:
+        _legacy_zookeeper_warned = True
+        logging.getLogger(__name__).warning(
+            "the top-level zookeeper section is deprecated: write it as coordination: {zookeeper: {...}}"
+        )
 
 
 class GroupSyncConfig(_Model):
@@ -459,6 +510,9 @@ class ObservabilityConfig(_Model):
 class StraitConfig(_Model):
     """The whole configuration file."""
 
+    coordination: CoordinationConfig = Field(default_factory=lambda: CoordinationConfig(zookeeper=ZookeeperConfig()))
+    # The ZooKeeper settings in use, or the defaults when coordination is on Kafka. In a file, the
+    # deprecated spelling of coordination.zookeeper.
     zookeeper: ZookeeperConfig = Field(default_factory=ZookeeperConfig)
     clusters: dict[str, dict[str, Any]]
     routes: list[RouteConfig] = Field(min_length=1)
@@ -466,6 +520,24 @@ class StraitConfig(_Model):
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
     balance: BalanceConfig = Field(default_factory=BalanceConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _coordination_section(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        coordination = data.get("coordination")
+        if "zookeeper" in data:
+            if coordination is not None:
+                raise ValueError(
+                    "zookeeper: the top-level zookeeper section is the old spelling of coordination.zookeeper; "
+                    "give coordination alone"
+                )
+            _warn_legacy_zookeeper()
+            return {**data, "coordination": {"zookeeper": data["zookeeper"]}}
+        if isinstance(coordination, Mapping) and coordination.get("zookeeper") is not None:
+            return {**data, "zookeeper": coordination["zookeeper"]}
+        return data
 
     @field_validator("clusters")
     @classmethod
@@ -501,6 +573,16 @@ class StraitConfig(_Model):
                         f"routes.{index}.{role}: unknown cluster {cluster!r} "
                         f"(clusters: {', '.join(sorted(self.clusters)) or 'none'})"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _known_coordination_cluster(self) -> StraitConfig:
+        kafka = self.coordination.kafka
+        if kafka is not None and kafka.cluster not in self.clusters:
+            raise ValueError(
+                f"coordination.kafka.cluster: unknown cluster {kafka.cluster!r} "
+                f"(clusters: {', '.join(sorted(self.clusters)) or 'none'})"
+            )
         return self
 
     @model_validator(mode="after")

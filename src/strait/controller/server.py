@@ -17,7 +17,7 @@ from strait.controller.groupsync import GroupSync
 from strait.controller.loop import Controller
 from strait.controller.service import ControllerService
 from strait.controller.topicconfig import TopicConfigFollower
-from strait.coordination import connect
+from strait.coordination import open_store
 from strait.coordination.model import LeaderInfo
 from strait.coordination.stats import use_token as use_stats_token
 from strait.metrics.balance import read_executions
@@ -48,11 +48,7 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
         id=controller_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}",
         api_url=f"{config.controller.scheme}://{host}:{port}",
     )
-    store = connect(
-        connect=config.zookeeper.connect,
-        root=config.zookeeper.root,
-        session_timeout_s=config.zookeeper.session_timeout_s,
-    )
+    store = open_store(config)
     use_stats_token(config.observability.metrics_token)  # to fetch large workers' stats (GET /stats)
     metadata = SourceMetadata(config.clusters)
     observability = config.observability

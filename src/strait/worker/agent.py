@@ -177,7 +177,7 @@ class WorkerAgent:
         self.id = worker_id
         self.store = store
         self._make_copier = make_copier
-        self._lease = lease or Lease(config.zookeeper.session_timeout_s * LEASE_FRACTION)
+        self._lease = lease or Lease(config.coordination.session_timeout_s * LEASE_FRACTION)
         self._metrics = metrics
         self._keeper = LeaseKeeper(self._lease, self._proves_session, self._lease.valid_for_s / 4)
         self._copiers: dict[str, RouteCopier] = {}
@@ -360,7 +360,7 @@ class WorkerAgent:
         # kazoo reports SUSPENDED after about two thirds of the session timeout without an
         # answer; stopping a third later leaves no moment where the server may have expired
         # the session (and the controller moved our partitions) while we still fetch.
-        if self._cut_off or suspended_s < self.config.zookeeper.session_timeout_s / 3:
+        if self._cut_off or suspended_s < self.config.coordination.session_timeout_s / 3:
             return
         log.warning(
             "cut off from ZooKeeper for %.1fs: stopping all %d partitions without further checkpoints",
@@ -463,7 +463,7 @@ class WorkerAgent:
 
     def _register(self) -> None:
         # A previous incarnation killed with -9 holds the id until its session expires.
-        deadline = self.config.zookeeper.session_timeout_s * 2 + 10
+        deadline = self.config.coordination.session_timeout_s * 2 + 10
         policy = RetryPolicy(
             max_tries=1000,
             delay_s=0.5,

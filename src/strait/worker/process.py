@@ -12,7 +12,7 @@ from types import FrameType
 
 from strait.access_errors import name_clusters
 from strait.config import StraitConfig
-from strait.coordination import connect
+from strait.coordination import open_store
 from strait.coordination.store import CoordinationStore, StoreUnavailable
 from strait.metrics.exposition import serve_metrics
 from strait.metrics.worker import WorkerMetrics
@@ -45,11 +45,7 @@ def run_worker(config: StraitConfig, worker_id: str) -> None:
     delay_s = 1.0
     while True:
         try:
-            store = connect(
-                connect=config.zookeeper.connect,
-                root=config.zookeeper.root,
-                session_timeout_s=config.zookeeper.session_timeout_s,
-            )
+            store = open_store(config)
             break
         except StoreUnavailable as exc:
             # ZooKeeper down while this worker (re)starts: wait for it rather than exit, as a
@@ -68,7 +64,7 @@ def run_worker(config: StraitConfig, worker_id: str) -> None:
             keyfile=str(tls.key) if tls is not None else None,
             stats=lambda: agents[0].last_report if agents else {},
         )
-    lease = Lease(config.zookeeper.session_timeout_s * LEASE_FRACTION)
+    lease = Lease(config.coordination.session_timeout_s * LEASE_FRACTION)
     agent = WorkerAgent(
         config=config,
         worker_id=worker_id,

@@ -1,0 +1,154 @@
+"""The Kafka store's pure parts: folding records into views, liveness by the reader's clock,
+the session judged from round trips, the order of an assignment publish, and its config."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from strait.config import ConfigError, parse_config
+from strait.coordination.kafka import CHUNK_BYTES, assignment_key, assignment_records
+from strait.coordination.model import PartitionKey, SessionState, decode_keys
+from strait.coordination.views import Entry, SessionClock, View, arrival, encode, fresh
+
+
+def test_a_view_keeps_the_latest_value_and_a_tombstone_removes_the_key() -> None:
+    view = View()
+    assert view.apply("topic/r/a", encode({"x": 1}), 1.0)
+    assert not view.apply("topic/r/a", encode({"x": 1}), 2.0), "a rewrite of the same value is no change"
+    assert view.entry("topic/r/a") == Entry({"x": 1}, 2.0), "but it refreshes the arrival (a heartbeat)"
+    assert view.apply("topic/r/a", encode({"x": 2}), 3.0)
+    assert view.apply("topic/r/b", encode({}), 3.0)
+    assert not view.apply("nothing", None, 3.0)
+    assert view.apply("topic/r/a", None, 4.0)
+    assert [(rest, e.value) for rest, e in view.under("topic/")] == [("r/b", {})]
+    assert not view.apply("junk", b"not json", 5.0) and view.get("junk") is None
+
+
+def test_liveness_is_judged_by_the_readers_clock_once_caught_up() -> None:
+    # A writer's clock an hour off does not matter once the reader reads as records come.
+    arrived = arrival(now_mono=100.0, now_wall=5000.0, record_ts_s=5000.0 - 3600, caught_up=True)
+    assert arrived == 100.0
+    assert fresh(Entry({}, arrived), 103.9, 4.0)
+    assert not fresh(Entry({}, arrived), 104.0, 4.0)
+    assert not fresh(None, 100.0, 4.0)
+
+
+def test_a_replayed_heartbeat_is_dated_by_its_timestamp() -> None:
+    # Read while catching up: an old heartbeat must not make a long-dead worker look live.
+    old = arrival(now_mono=100.0, now_wall=5000.0, record_ts_s=4990.0, caught_up=False)
+    assert old == 90.0 and not fresh(Entry({}, old), 100.0, 4.0)
+    recent = arrival(now_mono=100.0, now_wall=5000.0, record_ts_s=4999.0, caught_up=False)
+    assert fresh(Entry({}, recent), 100.0, 4.0)
+    # A writer's clock ahead of the reader's never dates a record in the future.
+    assert arrival(now_mono=100.0, now_wall=5000.0, record_ts_s=5010.0, caught_up=False) == 100.0
+
+
+@pytest.mark.parametrize(
+    ("silent_s", "state"),
+    [(0.0, SessionState.CONNECTED), (1.9, SessionState.CONNECTED), (2.0, SessionState.SUSPENDED),
+     (3.9, SessionState.SUSPENDED), (4.0, SessionState.LOST), (60.0, SessionState.LOST)],
+)  # fmt: skip
+def test_the_session_is_in_doubt_after_half_the_timeout_and_lost_after_all_of_it(
+    silent_s: float, state: SessionState
+) -> None:
+    assert SessionClock(4.0).state(last_ok=10.0, now=10.0 + silent_s) is state
+
+
+def _fold(records: list[tuple[str, dict[str, object] | None]], view: View) -> None:
+    for key, value in records:
+        view.apply(key, None if value is None else encode(dict(value)), 0.0)
+
+
+def _heads(view: View) -> dict[str | None, tuple[frozenset[PartitionKey], int]]:
+    """Each name's partitions in the view, as the store reads them (all pieces of one gen)."""
+    heads: dict[str | None, tuple[frozenset[PartitionKey], int]] = {}
+    names: list[str | None] = [None, *(rest for rest, _ in view.under("assignment/worker/") if "/" not in rest)]
+    for name in names:
+        head = view.get(assignment_key(name))
+        if head is None:
+            continue
+        pieces = [head] + [view.get(assignment_key(name, i)) or {} for i in range(1, int(head["more"]) + 1)]
+        assert {p.get("gen") for p in pieces} == {head["gen"]}, f"torn pieces of {name}"
+        heads[name] = (decode_keys(e for p in pieces for e in p["p"]), int(head["more"]))
+    return heads
+
+
+def _owners_seen(view: View) -> dict[PartitionKey, list[str | None]]:
+    seen: dict[PartitionKey, list[str | None]] = {}
+    for name, (keys, _) in _heads(view).items():
+        for key in keys:
+            seen.setdefault(key, []).append(name)
+    return seen
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_publish_never_shows_a_partition_under_two_workers_and_ends_as_asked(seed: int) -> None:
+    rng = random.Random(seed)
+    keys = [PartitionKey("r", f"t{n % 7}", n) for n in range(rng.randint(1, 400))]
+    workers: list[str | None] = [None, "w1", "w2", "w3", "w4"]
+    view = View()
+    current: dict[str | None, tuple[frozenset[PartitionKey], int]] = {}
+    for gen in range(1, 5):
+        owners = {k: rng.choice(workers) for k in keys if rng.random() < 0.9}
+        records = assignment_records(current, owners, gen)
+        for key, value in records:
+            _fold([(key, value)], view)
+            if key.count("/") <= 2:  # a head: a reader may look now
+                assert all(len(names) == 1 for names in _owners_seen(view).values())
+        current = _heads(view)
+        assert {k: names[0] for k, names in _owners_seen(view).items()} == owners
+
+
+def test_a_large_assignment_is_cut_into_pieces_under_the_message_limit_and_shrinks_back() -> None:
+    keys = [PartitionKey("eu-west-dr", f"payments.events-{n % 25:02d}", n) for n in range(100_000)]
+    owners: dict[PartitionKey, str | None] = {k: f"w{n % 2}" for n, k in enumerate(keys)}
+    records = assignment_records({}, owners, 1)
+    assert max(len(encode(dict(v))) for _, v in records if v is not None) < CHUNK_BYTES + 4096 < 1_000_000
+    view = View()
+    _fold(records, view)
+    heads = _heads(view)
+    assert heads["w0"][1] > 0, "a fragmented worker's part takes several pieces"
+    shrunk = assignment_records(heads, dict.fromkeys(keys[:10], "w0"), 2)
+    _fold(shrunk, view)
+    assert {k: names[0] for k, names in _owners_seen(view).items()} == dict.fromkeys(keys[:10], "w0")
+    assert view.get(assignment_key("w0", 1)) is None, "pieces no longer needed are deleted"
+
+
+ROUTE = {"clusters": {"src": {}, "dst": {}}, "routes": [{"name": "r", "source": "src", "destination": "dst"}]}
+
+
+def test_the_coordination_section_names_one_store() -> None:
+    kafka = parse_config({**ROUTE, "coordination": {"kafka": {"cluster": "dst", "session_timeout_s": 6}}}, {})
+    assert kafka.coordination.kafka is not None and kafka.coordination.kafka.prefix == "__strait"
+    assert kafka.coordination.zookeeper is None and kafka.coordination.session_timeout_s == 6
+    zk = parse_config({**ROUTE, "coordination": {"zookeeper": {"connect": "zk:2181"}}}, {})
+    assert zk.zookeeper.connect == "zk:2181" and zk.coordination.session_timeout_s == 4
+    default = parse_config(ROUTE, {"STRAIT_COORDINATION__KAFKA__CLUSTER": "src"})
+    assert default.coordination.kafka is not None and default.coordination.kafka.cluster == "src"
+
+
+def test_the_old_top_level_zookeeper_section_still_reads(caplog: pytest.LogCaptureFixture) -> None:
+    config = parse_config({**ROUTE, "zookeeper": {"connect": "zk:2181", "root": "/x"}}, {})
+    assert config.coordination.zookeeper is not None and config.coordination.zookeeper.root == "/x"
+    assert config.zookeeper.connect == "zk:2181"
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"coordination": {"kafka": {"cluster": "nope"}}}, "coordination.kafka.cluster: unknown cluster 'nope'"),
+        ({"coordination": {}}, "coordination: give exactly one of kafka and zookeeper"),
+        (
+            {"coordination": {"kafka": {"cluster": "dst"}, "zookeeper": {}}},
+            "coordination: give exactly one of kafka and zookeeper",
+        ),
+        ({"coordination": {"kafka": {"cluster": "dst"}}, "zookeeper": {}}, "zookeeper: the top-level zookeeper"),
+        ({"coordination": {"kafka": {"cluster": "dst", "prefix": "a b"}}}, "coordination.kafka.prefix"),
+        ({"coordination": {"kafka": {}}}, "coordination.kafka.cluster: Field required"),
+    ],
+)
+def test_a_bad_coordination_section_is_refused_by_name(section: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        parse_config({**ROUTE, **section}, {})
