@@ -116,8 +116,12 @@ def test_adding_a_topic_disturbs_no_other_and_removing_stops_it(
         assert wait_until(
             lambda: not any(added in h for w in fleet.api().call("GET", "/workers") for h in w["holding"]), 15
         )
-        frozen = copied_counts(dst, added, 3)
-        time.sleep(2)
+        frozen, source_at_freeze = copied_counts(dst, added, 3), copied_counts(src, added, 3)
+        # The generator writes to both topics all along: once the steady topic's records written
+        # after this point are copied, the workers have had every chance to copy the removed one.
+        steady_now = copied_counts(src, steady, 4)
+        assert wait_until(lambda: all(n >= steady_now[p] for p, n in copied_counts(dst, steady, 4).items()), 60)
+        assert copied_counts(src, added, 3) != source_at_freeze, "nothing was written to the removed topic meanwhile"
         assert copied_counts(dst, added, 3) == frozen, "a removed topic is still being copied"
         assert added not in {t["topic"] for t in fleet.api().call("GET", "/topics")}
     finally:
@@ -167,7 +171,10 @@ def test_pattern_topics_and_new_partitions_are_picked_up(
         # Removed explicitly: a pattern does not bring it back...
         fleet.api().call("DELETE", f"/topics/{topic}")
         generator.add(topic, 4)
-        time.sleep(3 * fleet.refresh_interval_s + 1)
+        # A topic matching the pattern, created after the removal, is picked up by a discovery
+        # turn that also saw the removed one.
+        create_topic(src, f"{prefix}-later", 1)
+        assert wait_until(lambda: f"{prefix}-later" in {t["topic"] for t in fleet.api().call("GET", "/topics")}, 30)
         assert topic not in {t["topic"] for t in fleet.api().call("GET", "/topics")}
         # ...until it is added again explicitly.
         assert fleet.api().add_topic(topic)["origin"] == "api"
@@ -213,9 +220,8 @@ def test_two_routes_at_once(sandbox: Sandbox, make_fleet: FleetFactory) -> None:
 def test_partitions_added_to_a_topic_started_at_latest_are_copied_from_their_first_record(
     sandbox: Sandbox, make_fleet: FleetFactory, copy: str
 ) -> None:
-    # Review item F, reproduced before the fix: the new partitions inherited `start: latest`,
-    # so the records written to them before a worker picked them up were never copied
-    # (2,000 of 2,000 lost). `start` now applies to the partitions the topic had when added.
+    # `start` applies to the partitions the topic had when added: inherited by new partitions,
+    # `latest` would skip every record written to them before a worker picked them up.
     src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
     topic = f"latest-grow-{uid()}"
     create_topic(src, topic, 2)
