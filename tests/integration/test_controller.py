@@ -164,8 +164,14 @@ def test_restarting_everything_resumes_from_checkpoints(sandbox: Sandbox, make_f
         fleet.api().add_topic(topic)
         _flowing(fleet, dst, topic)
         fleet.stop()
+        # Every process has exited (stop waits for them), so nothing can copy from here on.
+        assert all(process.poll() is not None for process in fleet.processes.values())
         stopped = copied_counts(dst, topic, PARTITIONS)
-        time.sleep(2)  # the source moves on while nothing copies
+        source_at_stop = copied_counts(src, topic, PARTITIONS)
+        # The source moves on while nothing copies: the restart has records to resume with.
+        assert wait_until(
+            lambda: all(n > source_at_stop[p] + 50 for p, n in copied_counts(src, topic, PARTITIONS).items()), 30
+        )
         assert copied_counts(dst, topic, PARTITIONS) == stopped
         fleet.start_controller()
         fleet.start_worker("w1")
