@@ -6,8 +6,6 @@ loss, duplicates and order per partition in the destination.
 
 from __future__ import annotations
 
-import os
-import statistics
 import threading
 import time
 import uuid
@@ -415,8 +413,11 @@ def test_deleted_destination_topic_stops_only_its_partitions(
     assert doomed not in clients.admin(dst).list_topics(timeout=10).topics, "the copier re-created it"
 
 
-def _realtime_latency(sandbox: Sandbox, copier: Copier, backlog_records: int) -> tuple[list[float], bool]:
-    """Copy a big backlog and a trickle at once; the trickle's end-to-end latencies in seconds."""
+def _live_beside_a_backlog(sandbox: Sandbox, copier: Copier, backlog_records: int) -> tuple[int, int, bool]:
+    """Copy a big backlog and a trickle at once. Returns how many trickle records were sent, how
+    many of them arrived while the backlog was still behind, and whether the two partitions ever
+    ran in separate pipelines (catch-up and realtime). Every trickle record is checked to arrive
+    once, in order."""
     src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
     backlog, live = _name("backlog"), _name("live")
     _create_topic(src, backlog, 1)
@@ -431,80 +432,44 @@ def _realtime_latency(sandbox: Sandbox, copier: Copier, backlog_records: int) ->
     )
     copier.assign([backlog_task])
 
-    consumer = clients.consumer(dst, **{"group.id": _name("latency"), "enable.auto.commit": False})
+    consumer = clients.consumer(dst, **{"group.id": _name("live"), "enable.auto.commit": False})
     _wait_for(lambda: live in clients.admin(dst).list_topics(timeout=10).topics, 30, "live destination")
     consumer.assign([TopicPartition(live, 0, 0)])
     producer = clients.producer(src, **{"linger.ms": 0})
-    latencies: list[float] = []
-    sent_at: dict[int, float] = {}
-    seq = 0
-    catching_up = True
-    deadline = time.monotonic() + 120
+    sent = arrived_behind = 0
     split_seen = False
-    while catching_up and time.monotonic() < deadline:
-        sent_at[seq] = time.monotonic()
-        producer.produce(live, value=f"0:{seq}:".encode(), partition=0)
-        producer.poll(0)
-        seq += 1
-        for msg in consumer.consume(100, 0.05):
-            if msg.error() is None:
-                received = int(msg.value().split(b":")[1])
-                latencies.append(time.monotonic() - sent_at[received])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
         stats = copier.stats()
         if stats[backlog_task].pipeline == "catchup" and stats[live_task].pipeline == "realtime":
             split_seen = True
         backlog_lag = stats[backlog_task].lag
-        catching_up = backlog_lag is None or backlog_lag > 0
-    producer.flush(10)
+        if backlog_lag == 0:
+            break
+        producer.produce(live, partition=0, **_record(0, sent))
+        producer.poll(0)
+        sent += 1
+        arrived = [msg for msg in consumer.consume(100, 0.05) if msg.error() is None]
+        if backlog_lag is not None:
+            arrived_behind += len(arrived)
     consumer.close()
-    assert not catching_up, f"backlog not copied within 120 s: {copier.stats()}"
-    return latencies, split_seen
+    assert producer.flush(10) == 0
+    assert copier.stats()[backlog_task].lag == 0, f"backlog not copied within 120 s: {copier.stats()}"
+    _wait_for(_caught_up(copier, [live_task], {live_task: sent}), 60, "the trickle copied")
+    _assert_exact_copy(_read(dst, live, 1), sent)
+    return sent, arrived_behind, split_seen
 
 
 @pytest.mark.parametrize("isolated", [True, False], ids=["isolated", "shared-pipeline"])
-def test_a_lagging_partition_does_not_slow_a_realtime_one(
+def test_a_realtime_partition_keeps_arriving_while_a_lagging_one_catches_up(
     sandbox: Sandbox, make_copier: Callable[..., Copier], isolated: bool
 ) -> None:
+    # How fast it arrives is measured by `strait bench` (isolation); here: that it arrives.
     copier = make_copier(_name("group"), catchup_lag_threshold=10_000 if isolated else None)
-    latencies, split_seen = _realtime_latency(sandbox, copier, backlog_records=60_000)
-    assert latencies, "no realtime record arrived while the backlog was copied"
-    latencies.sort()
-    p50 = statistics.median(latencies) * 1000
-    p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000
-    print(
-        f"realtime latency while a 60k-record (1 KB) backlog is copied, "
-        f"{'separate pipelines' if isolated else 'one shared pipeline'}: "
-        f"p50 {p50:.0f} ms, p99 {p99:.0f} ms, max {latencies[-1] * 1000:.0f} ms over {len(latencies)} records"
-    )
+    sent, arrived_behind, split_seen = _live_beside_a_backlog(sandbox, copier, backlog_records=60_000)
+    assert arrived_behind > 0, f"none of {sent} realtime records arrived while the backlog was copied"
     if isolated:
         assert split_seen, "the backlog partition never ran in the catch-up pipeline"
-
-
-def test_throughput_of_one_copier(sandbox: Sandbox, make_copier: Callable[..., Copier]) -> None:
-    src = sandbox.clusters["src"].props()
-    topic, group = _name("throughput"), _name("group")
-    partitions, per_partition = 8, 25_000
-    _create_topic(src, topic, partitions)
-    _produce(src, topic, partitions, per_partition, pad=90)  # ~100-byte records
-    copier = make_copier(group)
-    tasks = _tasks(topic, partitions)
-    started, cpu_started = time.monotonic(), time.process_time()
-    copier.assign(tasks)
-    _wait_for(
-        lambda: (
-            all(s.checkpoint == per_partition for s in copier.stats().values()) and len(copier.stats()) == partitions
-        ),
-        180,
-        "all records copied",
-    )
-    elapsed, cpu = time.monotonic() - started, time.process_time() - cpu_started
-    total = partitions * per_partition
-    # CPU seconds of this process (copier threads and librdkafka's) tell the cost per record even
-    # when other work on the machine slows the wall clock down.
-    print(
-        f"one copier: {total} records of ~100 bytes in {elapsed:.1f} s = {total / elapsed:,.0f} records/s "
-        f"({total / cpu:,.0f} records per CPU-second, load average {os.getloadavg()[0]:.1f})"
-    )
 
 
 def test_destination_broker_restart_loses_and_duplicates_nothing(
