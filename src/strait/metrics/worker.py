@@ -43,6 +43,8 @@ class WorkerMetrics:
         self._routes: dict[str, RouteObserver] = {}
         self._copiers: dict[str, StatsSource] = {}
         self._reported: dict[tuple[str, str], BucketCounts] = {}
+        # (cause, action) -> how often the worker's watchdog acted (strait.worker.watchdog).
+        self.watchdog_actions: Callable[[], Mapping[tuple[str, str], int]] = dict
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_WorkerCollector(self))
 
@@ -151,6 +153,18 @@ class _WorkerCollector(Collector):
         yield from self._partitions()
         yield from self._latencies()
         yield from self._safety()
+        yield self._watchdog()
+
+    def _watchdog(self) -> Any:
+        actions = CounterMetricFamily(
+            "strait_watchdog_actions",
+            "Actions of the worker's watchdog by cause (loop_overdue, partition_stalled) and action "
+            "(stack_dump, restart_partition, exit).",
+            labels=["cause", "action"],
+        )
+        for (cause, action), count in sorted(self._metrics.watchdog_actions().items()):
+            actions.add_metric([cause, action], float(count))
+        return actions
 
     def _safety(self) -> Iterator[Any]:
         gaps = CounterMetricFamily(

@@ -49,7 +49,9 @@ from strait.metrics.worker import WorkerMetrics
 from strait.worker.destination import for_route as destination_topics
 from strait.worker.lease import Lease, LeaseKeeper, always
 from strait.worker.origin import OriginRule
+from strait.worker.pipeline import PipelineSettings
 from strait.worker.task import PartitionTask
+from strait.worker.watchdog import Bounds, FreshEnds, PartitionSample, Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +174,12 @@ class WorkerAgent:
         make_copier: CopierFactory,
         metrics: WorkerMetrics | None = None,
         lease: Lease | None = None,
+        exit: Callable[[str], None] | None = None,
+        watchdog: Bounds | None = None,
     ) -> None:
+        """``exit``: how the watchdog ends this worker when a loop or a partition stays stuck
+        (the worker process exits at once; by default the agent's loop raises). ``watchdog``:
+        its bounds (default: derived from the timeouts in force)."""
         self.config = config
         self.id = worker_id
         self.store = store
@@ -180,6 +187,19 @@ class WorkerAgent:
         self._lease = lease or Lease(config.coordination.session_timeout_s * LEASE_FRACTION)
         self._metrics = metrics
         self._keeper = LeaseKeeper(self._lease, self._proves_session, self._lease.valid_for_s / 4)
+        self._restarts: set[PartitionKey] = set()  # asked by the watchdog (its thread)
+        self._restarts_lock = threading.Lock()
+        self._exit_reason: str | None = None
+        self._exit = exit
+        self._watchdog = Watchdog(
+            watchdog or Bounds.derived(delivery_timeout_s=PipelineSettings().delivery_timeout_ms / 1000),
+            partitions=self._watch_samples,
+            fresh_ends=FreshEnds({r.name: config.clusters[r.source] for r in config.routes}),
+            restart=self._request_restart,
+            exit=self._watchdog_exit,
+        )
+        if metrics is not None:
+            metrics.watchdog_actions = lambda: dict(self._watchdog.actions)
         self._copiers: dict[str, RouteCopier] = {}
         self._tasks: dict[PartitionKey, PartitionTask] = {}  # what this worker holds
         self._state = WorkerState.JOINING
@@ -214,6 +234,7 @@ class WorkerAgent:
         self.store.watch_worker_assignment(self.id, self._on_assignment)  # only this worker's node
         self.store.watch_drain(self.id, self._on_drain_node)
         self._keeper.start()
+        self._watchdog.start()
         for route in self.config.routes:
             copier = self._make_copier(route)
             copier.start()
@@ -259,6 +280,26 @@ class WorkerAgent:
             self._suspended_since = None
         self._wake.set()
 
+    # --- the watchdog's thread (strait.worker.watchdog) -------------------------------------
+    def _watch_samples(self) -> dict[PartitionTask, PartitionSample]:
+        samples = {}
+        for copier in list(self._copiers.values()):
+            for task, entry in copier.stats().items():
+                stats = normalise_stats(entry)
+                samples[task] = PartitionSample(stats.get("checkpoint"), stats.get("state") in ("ok", "moving"))
+        return samples
+
+    def _request_restart(self, tasks: set[PartitionTask]) -> None:
+        with self._restarts_lock:
+            self._restarts |= {PartitionKey(t.route, t.topic, t.partition) for t in tasks}
+        self._wake.set()
+
+    def _watchdog_exit(self, reason: str) -> None:
+        self._exit_reason = reason
+        self._wake.set()
+        if self._exit is not None:
+            self._exit(reason)
+
     # --- the lease keeper's thread ---------------------------------------------------------
     def _proves_session(self) -> bool:
         """A read of this worker's assignment through a session that is, before and after it,
@@ -286,6 +327,8 @@ class WorkerAgent:
         return max(0.05, min(self._next_stats - time.monotonic(), idle))
 
     def _step(self) -> None:
+        if self._exit_reason is not None:
+            raise RuntimeError(f"the watchdog stops the worker: {self._exit_reason}")
         for route, copier in self._copiers.items():
             pipeline = copier.crashed()
             if pipeline is not None:
@@ -320,6 +363,7 @@ class WorkerAgent:
         assignment = self.store.read_worker_assignment(self.id)
         self._lease.confirm(since)  # read through a live session just now
         self._restart_fenced(assignment)
+        self._restart_stalled()
         self._apply(assignment)
         if self._state is WorkerState.JOINING:
             self._set_state(WorkerState.ACTIVE)
@@ -355,6 +399,15 @@ class WorkerAgent:
             len(keys & mine),
         )
         self._release(keys)  # `_apply` then starts those still assigned afresh
+
+    def _restart_stalled(self) -> None:
+        """Release the partitions the watchdog found stalled; `_apply` then starts those still
+        assigned here afresh, from their checkpoints."""
+        with self._restarts_lock:
+            keys, self._restarts = self._restarts & set(self._tasks), set()
+        if keys:
+            log.warning("restarting %d stalled partition(s) from their checkpoints: %s", len(keys), describe_keys(keys))
+            self._release(keys)
 
     def _check_cut_off(self, suspended_s: float) -> None:
         # kazoo reports SUSPENDED after about two thirds of the session timeout without an
@@ -497,7 +550,12 @@ class WorkerAgent:
         for copier in self._copiers.values():
             for task, entry in copier.stats().items():
                 partitions[str(task)] = normalise_stats(entry)
-        report: dict[str, Any] = {"updated": time.time(), "state": self._state.value, "partitions": partitions}
+        report: dict[str, Any] = {
+            "updated": time.time(),
+            "state": self._state.value,
+            "partitions": partitions,
+            "watchdog": {f"{cause}/{action}": n for (cause, action), n in sorted(self._watchdog.actions.items())},
+        }
         if self._metrics is not None:
             report.update(self._metrics.report())
         self.last_report = report  # served whole at GET /stats
@@ -505,6 +563,7 @@ class WorkerAgent:
         self.store.publish_stats(self.id, stats_for_zookeeper(report, self.config.worker.stats_interval_s))
 
     def _shutdown(self) -> None:
+        self._watchdog.stop()
         self._keeper.stop()
         for copier in self._copiers.values():
             try:

@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 # How long a worker stopping at once waits for ZooKeeper to close its session.
 GOODBYE_TIMEOUT_S = 2.0
+# The exit status of a worker the watchdog ended (strait.worker.watchdog), for supervisors and logs.
+WATCHDOG_EXIT_CODE = 70
 
 
 def say_goodbye(store: CoordinationStore, timeout_s: float) -> bool:
@@ -37,6 +39,15 @@ def say_goodbye(store: CoordinationStore, timeout_s: float) -> bool:
     closer.start()
     closer.join(timeout_s)
     return not closer.is_alive()
+
+
+def _exit_now(reason: str) -> None:
+    """Crash-only: a loop or partition the watchdog found stuck past repair ends the process at
+    once (a drain could wait on the stuck part). The session ends with it; the leader moves the
+    partitions (fencing exactly-once producers), which resume from their checkpoints."""
+    log.critical("watchdog: %s; the worker exits", reason)
+    logging.shutdown()
+    os._exit(WATCHDOG_EXIT_CODE)
 
 
 def run_worker(config: StraitConfig, worker_id: str) -> None:
@@ -72,6 +83,7 @@ def run_worker(config: StraitConfig, worker_id: str) -> None:
         make_copier=copier_factory(config, worker_id, metrics, lease),
         metrics=metrics,
         lease=lease,
+        exit=_exit_now,
     )
     agents.append(agent)
     if any(copy_mode(route)[0] == "batch" for route in config.routes):

@@ -27,6 +27,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,6 +36,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 STALL_S = 0.02
+# Every loop that called run_here(), for the worker's watchdog (strait.worker.watchdog).
+_RUNNING: weakref.WeakSet[LoopWatch] = weakref.WeakSet()
 # Garbage collections at least this long are logged (debug) with their generation.
 GC_LOG_S = 0.005
 
@@ -137,6 +140,11 @@ def gc_clock() -> GcClock:
         return _gc_clock
 
 
+def running_loops() -> list[LoopWatch]:
+    """The watches of loops that run in this process (their pipelines not yet collected)."""
+    return list(_RUNNING)
+
+
 class LoopWatch:
     """Times the turns of one copy loop; ``wrap(step)`` gives the step to call instead."""
 
@@ -169,6 +177,7 @@ class LoopWatch:
     def run_here(self) -> None:
         """The loop runs on the calling thread from now on (sampled when asked, see above)."""
         self.thread_id = threading.get_ident()
+        _RUNNING.add(self)
         sampler = _shared_sampler()
         if sampler is not None:
             sampler.watch(self)
@@ -188,6 +197,11 @@ class LoopWatch:
                 self.ended(self._clock() - started - self._idle_s, self._gc.total_s - gc_before)
 
         return timed
+
+    def turn(self) -> tuple[float, float] | None:
+        """While a turn runs: when it started and the time now, both on this watch's clock."""
+        started = self.turn_started
+        return None if started is None else (started, self._clock())
 
     @contextmanager
     def idle(self) -> Iterator[None]:
