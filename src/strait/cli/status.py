@@ -58,12 +58,14 @@ def render(view: dict[str, Any]) -> Group:
 
 
 def _workers(view: dict[str, Any]) -> Table:
-    table = Table("worker", "state", "pool", "partitions", "bytes/s", "health", title="Workers")
+    table = Table("worker", "state", "pool", "partitions", "bytes/s", "health", "watchdog", title="Workers")
     for w in view["workers"]:
         health = "[red]hung[/]" if w["hung"] else "[yellow]slow[/]" if w["slow"] else "ok" if w["live"] else "-"
         state = f"[red]{w['state']}[/]" if w["state"] == "dead" else w["state"]
         pool = w.get("pool", "default")
-        table.add_row(w["id"], state, pool, str(len(w["partitions"])), f"{w['bytes_per_s']:,.0f}", health)
+        acted = ", ".join(f"{what}: {n}" for what, n in (w.get("watchdog") or {}).items())
+        watchdog = f"[yellow]{acted}[/]" if acted else "-"
+        table.add_row(w["id"], state, pool, str(len(w["partitions"])), f"{w['bytes_per_s']:,.0f}", health, watchdog)
     return table
 
 

@@ -31,6 +31,8 @@ def workers(snapshot: ClusterSnapshot, hung: frozenset[str]) -> list[dict[str, A
                 "pool": worker.pool,
                 "partitions": sorted(str(k) for k in snapshot.assignment.of_worker(worker.id)),
                 "metrics_url": report.get("metrics_url"),
+                # "cause/action" -> count: what the worker's own watchdog did (strait.worker.watchdog).
+                "watchdog": dict(report.get("watchdog") or {}),
             }
         )
     return rows

@@ -88,10 +88,15 @@ function render(view) {
   updateChart(charts["chart-lag"], view.charts.lag_by_topic);
   updateChart(charts["chart-latency"], view.charts.e2e_latency);
 
+  // What the worker's own watchdog did ("cause/action" -> count): a stuck loop or partition.
+  const watchdogCell = (acted) => {
+    const text = Object.entries(acted).map(([what, n]) => `${what}: ${n}`).join(", ");
+    return text ? cell(text, "warn") : cell(null);
+  };
   fillTable("workers", view.workers, (w) => {
     const health = w.hung ? ["hung", "bad"] : w.slow ? ["slow", "warn"] : w.live ? ["ok", "ok"] : ["–", ""];
     return [cell(w.id), cell(w.state, w.state === "dead" ? "bad" : ""), cell(w.pool || "default"), cell(w.partitions.length),
-      cell(fmt(w.bytes_per_s)), cell(health[0], health[1])];
+      cell(fmt(w.bytes_per_s)), cell(health[0], health[1]), watchdogCell(w.watchdog || {})];
   });
   fillTable("topics", Object.entries(view.lag_by_topic), ([topic, lag]) => [cell(topic), cell(fmt(lag))]);
   // Partitions per route, copy mode (batch or record) and why (lagging, caught up, a fallback).
