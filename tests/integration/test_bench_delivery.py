@@ -15,10 +15,7 @@ from strait.bench import report, scenarios
 from strait.bench.scenarios import Bench
 from strait.sandbox import Sandbox
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(not scenarios.strait_available(), reason="Strait's replicator is not in this checkout"),
-]
+pytestmark = pytest.mark.integration
 
 MODES = {"at-least-once", "exactly-once"}
 

@@ -1,8 +1,8 @@
 """The benchmark harness, at CI size, against the real sandbox: it must not rot.
 
-Each replicator (MirrorMaker 2 always; Strait whenever its replicator is in the checkout)
-copies a small pre-filled topic, and the harness's own verifier, reading the destination
-independently, must count every record: none lost, none out of order.
+Each replicator (MirrorMaker 2 and Strait) copies a small pre-filled topic, and the harness's
+own verifier, reading the destination independently, must count every record: none lost, none
+out of order.
 """
 
 from __future__ import annotations
@@ -17,19 +17,17 @@ from strait.sandbox import Sandbox
 
 pytestmark = pytest.mark.integration
 
-
-def _systems() -> list[str]:
-    return ["mm2", "strait"] if scenarios.strait_available() else ["mm2"]
+SYSTEMS = ["mm2", "strait"]
 
 
 @pytest.mark.timeout(420)
 def test_each_replicator_copies_a_small_topic_without_loss(sandbox: Sandbox, tmp_path: Path) -> None:
-    bench = Bench(sandbox=sandbox, workdir=tmp_path, systems=_systems(), log=lambda _m: None)
+    bench = Bench(sandbox=sandbox, workdir=tmp_path, systems=SYSTEMS, log=lambda _m: None)
 
     # Generous deadline: a MirrorMaker JVM takes far longer to start on a loaded two-core runner.
     result = scenarios.smoke(bench, records=2000, partitions=2, timeout_s=240)
 
-    assert [r["system"] for r in result["runs"]] == _systems()
+    assert [r["system"] for r in result["runs"]] == SYSTEMS
     for run in result["runs"]:
         assert "error" not in run, f"{run['system']}: {run.get('error')} (logs: {run['logs']})"
         verdict = run["verify"]
