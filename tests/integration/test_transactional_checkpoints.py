@@ -16,7 +16,6 @@ from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 from strait import clients
 from strait.fencing import fence, transactional_id
 from strait.sandbox import Sandbox
-from strait.worker.source_checkpoints import CheckpointStore
 from strait.worker.task import PartitionTask
 from strait.worker.transactional_checkpoints import (
     DestinationCheckpoints,
@@ -108,11 +107,6 @@ def _source_group_offsets(route: Route) -> list[int]:
         return [tp.offset for tp in reader.committed([TopicPartition(t.topic, t.partition) for t in route.tasks], 15)]
     finally:
         reader.close()
-
-
-def test_store_is_a_checkpoint_store(route: Route) -> None:
-    store: CheckpointStore = route.store()
-    store.close()
 
 
 def test_without_checkpoints_start_applies(route: Route) -> None:
