@@ -85,9 +85,9 @@ def _produce(
                 try:
                     producer.abort_transaction(30)
                 except KafkaException as exc:
-                    # The broker once refused this abort (INVALID_TXN_STATE, fatal) in a CI run
-                    # under load. A new producer of the same id aborts the open transaction
-                    # just the same; anything else fails as before.
+                    # Under load the broker can refuse this abort (INVALID_TXN_STATE, fatal). A
+                    # new producer of the same id aborts the open transaction just the same;
+                    # any other error fails the test.
                     if not exc.args[0].fatal():
                         raise
                     producer = clients.producer(props, **settings)

@@ -1,4 +1,4 @@
-"""One route with a wrong password must not stop the others, and recovers once fixed (issue 10).
+"""One route with a wrong password must not stop the others, and recovers once fixed.
 
 A fleet (a controller and a worker as real processes) on the secure sandbox: route ``good``
 copies from ``src`` (SASL_SSL/SCRAM-SHA-512 as the least-privilege user ``strait``), route ``bad``

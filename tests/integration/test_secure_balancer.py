@@ -1,4 +1,4 @@
-"""The disk balancer on secured clusters, as the least-privilege user `strait` (issue 10).
+"""The disk balancer on secured clusters, as the least-privilege user `strait`.
 
 The session's secure sandbox: `src` speaks SASL_SSL with SCRAM-SHA-512, `dst` mutual TLS, one
 broker with two log dirs each. For this module `strait` holds only the ACLs of the `balancer`

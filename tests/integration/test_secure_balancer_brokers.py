@@ -1,4 +1,4 @@
-"""Moves between brokers on a secured cluster, as the least-privilege user `strait` (issue 10).
+"""Moves between brokers on a secured cluster, as the least-privilege user `strait`.
 
 The session's secure sandbox has one broker per cluster, so only moves between disks run there.
 This module starts a two-broker cluster speaking SASL_SSL with SCRAM-SHA-512 (the brokers

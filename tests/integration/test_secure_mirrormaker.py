@@ -1,4 +1,4 @@
-"""MirrorMaker 2 (the benchmark's peer) copies between the secured sandbox clusters (issue 10).
+"""MirrorMaker 2 (the benchmark's peer) copies between the secured sandbox clusters.
 
 `src` is SASL_SSL with SCRAM-SHA-512, `dst` mutual TLS; the benchmark runner translates their
 librdkafka properties into the Java clients' (`strait.bench.mirrormaker.java_client_properties`).

@@ -1,4 +1,4 @@
-"""A client speaking the wrong security.protocol for a listener is told so, not "cannot reach" (issue 10).
+"""A client speaking the wrong security.protocol for a listener is told so, not "cannot reach".
 
 A plaintext client at the TLS port of the secure sandbox's `src` (SASL_SSL) and a TLS client at
 the plaintext port of the default sandbox's `src`: the balancer's gateway (what `strait balance`

@@ -1,4 +1,4 @@
-"""Strait on secured clusters, as the least-privilege user `strait` (issue 10).
+"""Strait on secured clusters, as the least-privilege user `strait`.
 
 One fleet (a controller and two workers as real processes) on the secure sandbox: `src` speaks
 SASL_SSL with SCRAM-SHA-512, `dst` mutual TLS. Three routes cover both directions and both

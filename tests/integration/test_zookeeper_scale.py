@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 
 def test_25k_partitions_publish_read_and_move_with_every_node_small(sandbox: Sandbox) -> None:
     result = zk_scale.run(sandbox.zookeeper, partitions=25_000, workers=3, topics=50, log=lambda _line: None)
-    print(result)  # the figures, for the log of a CI run
+    print(result)  # the figures, for whoever reads the test log
     assert result["partitions"] == 25_000
     # The previous layout (one map) would not fit into a node; every node now is far below it.
     assert result["layout1_assignment_bytes"] > zk_scale.ZNODE_LIMIT
