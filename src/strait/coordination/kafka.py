@@ -152,6 +152,9 @@ class KafkaStore:
         self._cond = threading.Condition()
         self._views = {self._state_topic: View(), self._live_topic: View()}
         self._positions = {self._state_topic: 0, self._live_topic: 0}
+        # The offsets of this store's own acknowledged writes: a read waits until they are in view.
+        self._written = {self._state_topic: -1, self._live_topic: -1}
+        self._written_lock = threading.Lock()
         self._caught_up = False
         self._cluster_watches: list[Callable[[], None]] = []
         self._assignment_watches: list[Callable[[Assignment], None]] = []
@@ -189,7 +192,16 @@ class KafkaStore:
             thread = threading.Thread(target=target, name=f"strait-coordination-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
-        self._sync(max(5.0, self._timeout_s))
+        deadline = time.monotonic() + max(10.0, self._timeout_s)
+        while True:
+            try:
+                self._sync(max(1.0, deadline - time.monotonic()))
+                break
+            except StoreUnavailable:
+                # Topics just created have no leader for a moment.
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
         with self._cond:
             self._caught_up = True
         self._last_ok = time.monotonic()
@@ -381,6 +393,10 @@ class KafkaStore:
             ends = self._end_offsets(timeout_s)
         except Exception as exc:
             raise StoreUnavailable(f"coordinating Kafka cluster unavailable: {exc}") from exc
+        with self._written_lock:
+            # A transaction's commit returns before its markers are written, so the end offset
+            # (the last stable offset) may not cover it yet: wait for our own writes too.
+            ends = {t: max(end, self._written[t] + 1) for t, end in ends.items()}
         with self._cond:
             while any(self._positions[t] < end for t, end in ends.items()):
                 left = deadline - time.monotonic()
@@ -389,9 +405,17 @@ class KafkaStore:
                 self._cond.wait(left)
 
     # --- writing -------------------------------------------------------------------------
+    def _delivered(self, error: Any, message: Any) -> None:
+        if error is None and message.topic() in self._written:
+            with self._written_lock:
+                self._written[message.topic()] = max(self._written[message.topic()], message.offset())
+
     def _produce(self, topic: str, key: str, value: Mapping[str, Any] | None, producer: Any = None) -> None:
         (producer or self._producer).produce(
-            topic, key=key.encode(), value=None if value is None else encode(dict(value))
+            topic,
+            key=key.encode(),
+            value=None if value is None else encode(dict(value)),
+            on_delivery=self._delivered,
         )
 
     def _flush(self, timeout_s: float | None = None) -> None:
