@@ -1,4 +1,4 @@
-"""Review item G: a worker cut off from ZooKeeper stops copying before its session can expire."""
+"""A worker cut off from ZooKeeper stops copying before its session can expire."""
 
 from __future__ import annotations
 

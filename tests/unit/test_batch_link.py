@@ -1,6 +1,6 @@
 """The batch pipeline's cluster link never raises on a send: a request that cannot go out is a
-failed future, handled like a refused connection (found by the chaos run: a killed broker that
-kafka-python's metadata no longer listed ended every worker's batch pipeline)."""
+failed future, handled like a refused connection (raised, a send to a killed broker that
+kafka-python's metadata no longer lists would end every worker's batch pipeline)."""
 
 from __future__ import annotations
 

@@ -114,8 +114,8 @@ def test_the_load_checked_is_recorded_in_every_result(monkeypatch: pytest.Monkey
 def test_add_topics_runs_the_copy_mode_it_names(
     monkeypatch: pytest.MonkeyPatch, option: list[str], passed: str
 ) -> None:
-    # Since batch became the route default, `--copy record` must say so to the route (it used to
-    # pass None, which had meant record mode).
+    # Batch is the route default, so `--copy record` must say so to the route (None means the
+    # default).
     from strait.bench import scenarios
 
     asked: list[str | None] = []

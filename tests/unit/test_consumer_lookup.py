@@ -63,8 +63,8 @@ def test_a_producer_looks_a_topic_up_once_before_its_first_record() -> None:
 
 
 def test_the_admin_log_pump_keeps_no_client_alive(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The pump's loop variable used to hold the last client it polled: an abandoned admin client
-    # then lived on, reconnecting, and printed librdkafka's FAIL lines at the end of a test run.
+    # Held by the pump (say, by its loop variable), an abandoned admin client would live on,
+    # reconnecting, and print librdkafka's FAIL lines until the process ends.
     monkeypatch.setattr(clients, "_ADMIN_LOG_PUMP_S", 0.02)
     admin = clients.admin({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
     gone = weakref.ref(admin)

@@ -313,8 +313,8 @@ def test_without_a_maker_adding_a_topic_creates_nothing() -> None:
 
 
 def test_closing_the_api_lets_go_of_its_kafka_clients() -> None:
-    # Admin clients kept after their clusters stop log a failed connection every second (seen
-    # at the end of an integration session): the controller lets go of them when it stops.
+    # Admin clients kept after their clusters stop log a failed connection every second: the
+    # controller lets go of them when it stops.
     events: list[str] = []
     store = Store()
     service = _creating_service(store, events)

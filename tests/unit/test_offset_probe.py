@@ -1,5 +1,5 @@
 """The controller's offset probe around in-memory clients: a read that hangs or goes unanswered
-ends, and the next round asks fresh clients (a hung read left healing blind in a chaos run)."""
+ends, and the next round asks fresh clients (a hung read would leave healing blind)."""
 
 from __future__ import annotations
 

@@ -160,10 +160,9 @@ def test_after_a_hang_every_record_is_committed_once_by_the_new_producer(monkeyp
 def test_a_partition_abandoned_and_added_again_never_commits_its_records_twice(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The 30-minute chaos run: a worker cut off from ZooKeeper abandons its partitions (the
-    # copier does not wait for their release), the same session comes back and the partition
-    # is added again from the last committed checkpoint while the open transaction still holds
-    # records past it.
+    # A worker cut off from ZooKeeper abandons its partitions (the copier does not wait for
+    # their release); when the same session comes back, the partition is added again from the
+    # last committed checkpoint while the open transaction still holds records past it.
     monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
     producer = TxnProducer()
     consumer = FakeConsumer({0: list(range(5))})
@@ -308,9 +307,9 @@ def test_a_call_refused_in_the_producers_state_replaces_the_producer(monkeypatch
 
 
 def test_a_fenced_pipeline_takes_no_partition_back_by_a_move(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The 30-minute chaos run: a frozen worker woke up and moved a partition between its own
-    # pipelines; the move re-created the fenced producer and the worker wrote beside the
-    # partition's new owner. Only a fresh assignment takes a fenced id back.
+    # A frozen worker that wakes up may move a partition between its own pipelines; a move
+    # that re-created the fenced producer would write beside the partition's new owner. Only a
+    # fresh assignment takes a fenced id back.
     monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
     fenced, fresh = TxnProducer(), TxnProducer()
     pipeline = _pipeline(FakeConsumer({0: list(range(5))}), fenced)
@@ -345,8 +344,8 @@ def test_a_fenced_pipeline_takes_nothing_back_without_a_confirmed_lease(monkeypa
 
 
 def test_a_replacement_producer_takes_the_id_only_with_a_confirmed_lease(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The 30-minute chaos run: a hung call was replaced while the worker's session had just
-    # ended; the new producer took the id and copied on beside the partition's new owner.
+    # A hung call can be replaced just after the worker's session ended: a new producer taking
+    # the id then would copy on beside the partition's new owner.
     monkeypatch.setattr(transactional, "HUNG_AFTER_S", 0.2)
     monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
     confirmed = True
@@ -584,9 +583,9 @@ class HangsIn(TxnProducer):
 @pytest.mark.parametrize(
     ("call", "stuck_calls"),
     [
-        # The short chaos run: a flush hung and was replaced, and the pipeline stopped serving
-        # releases for good (revokes held with nothing unacknowledged); the new producer's init
-        # is the next call that meets the same coordinator, and was then called without a deadline.
+        # After a hung flush is replaced, the new producer's init is the next call that meets
+        # the same coordinator; without a deadline it would hang the pipeline, which then serves
+        # no release again (revokes held with nothing unacknowledged).
         ("init", ["init"]),
         # librdkafka waits for its main thread's answer to begin_transaction without a bound.
         ("begin", ["init", "begin"]),
