@@ -1,6 +1,6 @@
 """The record pipeline's copy loop, driven step by step around in-memory consumer and producer.
 
-Each test replays one interleaving from the data-path review (items A-H) deterministically:
+Each test replays one risky interleaving of the data path deterministically:
 the loop runs on the test's thread (`_step`), the fake producer holds every record until the
 test acknowledges or fails it, and the fake consumer serves a partition's log from wherever it
 was positioned. The destination's contents are then checked record by record: every source
@@ -259,8 +259,8 @@ def assert_complete(copied: list[int], log: list[int], start: int = 0) -> None:
 
 
 def test_a_full_producer_queue_resumes_at_the_record_it_stopped_at() -> None:
-    # Review item A: under back-pressure the old loop could skip the record that hit the full
-    # queue and produce the next one; the tracker accepted the gap and the checkpoint passed it.
+    # Under back-pressure a loop that skipped the record hitting the full queue and produced the
+    # next one would leave a gap the tracker accepts, and the checkpoint would pass it.
     log = list(range(10))
     rig = Rig({0: log}, capacity=3)
     state = rig.state()
@@ -291,10 +291,10 @@ def test_stopping_under_back_pressure_commits_only_the_acknowledged_prefix() -> 
 
 
 def test_a_batch_fetched_before_a_re_add_is_never_produced_after_it() -> None:
-    # Review item B: the partition is released and added again (moved away and back, or
-    # abandoned and re-assigned) while records fetched before wait behind a full producer
-    # queue; the old loop produced them above the new start, the tracker took the gap, and
-    # the checkpoint passed records (here 2 and 3) that the new owner never sent.
+    # The partition is released and added again (moved away and back, or abandoned and
+    # re-assigned) while records fetched before wait behind a full producer queue; produced
+    # above the new start, they would leave a gap the tracker takes, and the checkpoint would
+    # pass records (here 2 and 3) that the new owner never sent.
     log = list(range(20))
     rig = Rig({0: log}, capacity=4)
     old = rig.state()
@@ -350,8 +350,8 @@ def test_source_gaps_are_accepted_and_a_dropped_record_rewinds(monkeypatch: pyte
 
 
 def test_a_late_failure_of_a_released_partition_does_not_stop_its_next_owner() -> None:
-    # Review item D: the failure of a record sent before the partition was released arrives
-    # after it was added again; the old loop paused the consumer, and nothing resumed it.
+    # The failure of a record sent before the partition was released arrives after it was added
+    # again: pausing the consumer for it would stop the new owner, since nothing resumes it.
     log = list(range(10))
     rig = Rig({0: log})
     old = rig.state()
@@ -372,8 +372,8 @@ def test_a_late_failure_of_a_released_partition_does_not_stop_its_next_owner() -
 
 
 def test_delivery_failures_while_stopping_do_not_touch_the_closed_consumer() -> None:
-    # Review item E: the old shutdown closed the consumer, then flushed; a failure reported in
-    # the flush paused a closed consumer and crashed the shutdown.
+    # A shutdown that closed the consumer before flushing would pause a closed consumer on a
+    # failure reported in the flush, and crash.
     log = list(range(5))
     rig = Rig({0: log})
     state = rig.state()
@@ -405,7 +405,7 @@ def test_a_retriable_failure_resends_from_the_checkpoint_without_loss() -> None:
 
 
 def test_a_missing_write_acl_waits_and_resumes_once_granted() -> None:
-    # Issue 10: a refused ACL is fixed by an operator, not by restarting Strait; the partition
+    # A refused ACL is fixed by an operator, not by restarting Strait; the partition
     # waits (state `retrying:`), loses nothing, and goes on from its checkpoint.
     log = list(range(6))
     rig = Rig({0: log})
