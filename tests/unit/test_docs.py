@@ -137,3 +137,28 @@ def test_the_results_pages_are_the_repository_files(site: Path) -> None:
     for name, page in (("BENCHMARKS.md", "results/benchmarks"), ("RELIABILITY.md", "results/reliability")):
         first_heading = (ROOT / name).read_text().splitlines()[0].lstrip("# ").strip()
         assert first_heading in _page(site, page)
+
+
+def test_the_results_files_are_generated_from_the_result_files_alone() -> None:
+    from strait.bench import report
+    from strait.bench.chaos import report as chaos_report
+
+    results = ROOT / "bench" / "results"
+    benchmarks = report.render_markdown(
+        {name: {**doc, "_results_dir": str(results)} for name, doc in report.load_all(results).items()}, results
+    )
+    assert (ROOT / "BENCHMARKS.md").read_text() == benchmarks, "BENCHMARKS.md is stale: run `strait bench report`"
+    reliability = chaos_report.render(chaos_report.load_all(results))
+    assert (ROOT / "RELIABILITY.md").read_text() == reliability, (
+        "RELIABILITY.md is stale: run `strait bench chaos-report`"
+    )
+    for name, text in (("BENCHMARKS.md", benchmarks), ("RELIABILITY.md", reliability)):
+        assert not re.search(r"(?i)end of session|\bsession\)|\bissue \d|\bhelper", text), name
+        commands = [line for line in text.splitlines() if line.startswith("Command:")]
+        assert commands and all("commit `" in line for line in commands), name
+    assert all("load average" in line for line in benchmarks.splitlines() if line.startswith("Command:"))
+
+
+def test_no_results_folder_is_named_after_work_sessions_or_issues() -> None:
+    names = [p.name for p in (ROOT / "bench" / "results").rglob("*")]
+    assert not [n for n in names if re.search(r"(?i)session-start|before-session|issue\d|eighth|tenth|twelfth", n)]

@@ -58,16 +58,3 @@ def missing_words(v: dict[str, Any]) -> str:
     if lost is None:
         return f"missing {missing_of(v)} (not split into lost / not yet copied)"
     return f"lost {lost}, not yet copied {pending}"
-
-
-HAND_WRITTEN = "(not produced by `strait bench report`)"
-
-
-def hand_written_tail(previous: str) -> str:
-    """The sections of a previous report written by hand (their title says ``HAND_WRITTEN``), from
-    the first such section to the end, so regenerating the report keeps them; "" when there are none."""
-    lines = previous.splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        if line.startswith("## ") and HAND_WRITTEN in line:
-            return "".join(lines[i:])
-    return ""

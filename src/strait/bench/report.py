@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from strait.bench.markdown import VERDICT_HEADER, hand_written_tail
+from strait.bench.markdown import VERDICT_HEADER
 from strait.bench.markdown import _n as _n
 from strait.bench.markdown import _table as _table
 from strait.bench.markdown import _verdict as _verdict
@@ -21,6 +22,7 @@ from strait.bench.report_delivery import DELIVERY_SECTION, delivery_summary
 from strait.bench.report_failover import FAILOVER_SECTION, failover_summary
 from strait.bench.report_isolation import ISOLATION_SECTION, isolation_summary_lines
 from strait.bench.report_missing import MISSING_TERMS, missing_summary
+from strait.bench.report_other import comparison_sections, provenance, scale_sections, shown_command
 from strait.bench.report_security import SECURITY_SECTION
 from strait.bench.report_throughput import throughput_md as _throughput_md
 
@@ -51,13 +53,34 @@ COMMANDS = {
 }
 
 
+def run_commit(tree: Path | None = None) -> str | None:
+    """The commit the code under measurement was checked out at, with ``+changes`` when the source
+    tree differs from it; None outside a git checkout."""
+    root = tree or Path(__file__).resolve().parents[3]
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:
+        return None
+    changed = git("status", "--porcelain", "--", "src")
+    return f"{head}+changes" if changed else head
+
+
 def save(result: dict[str, Any], results_dir: Path, *, machine: dict[str, Any], command: str) -> Path:
-    """Write one scenario's result as ``<scenario>.json`` (the latest run of each scenario is kept)."""
+    """Write one scenario's result as ``<scenario>.json`` (the latest run of each scenario is kept),
+    with the command, the commit it ran on and the machine (its load at the start included)."""
     results_dir.mkdir(parents=True, exist_ok=True)
     document = {
         **result,
         "finished_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": command,
+        "commit": run_commit(),
         "machine": machine,
     }
     path = results_dir / f"{result['scenario']}.json"
@@ -290,6 +313,12 @@ def _profile_settings(profile: str) -> str:
     return ", ".join(f"`{key}={value}`" for key, value in profile_properties(profile).items())
 
 
+def _session_timeout() -> str:
+    from strait.config import ZookeeperConfig
+
+    return f"{ZookeeperConfig.model_fields['session_timeout_s'].default:g}"
+
+
 def _summary(results: dict[str, dict[str, Any]]) -> list[str]:
     """One line per scenario with its Strait / MM2 ratios, before the detail."""
     lines = []
@@ -329,8 +358,9 @@ def _summary(results: dict[str, dict[str, Any]]) -> list[str]:
     return ["## Summary", "", *lines, ""] if lines else []
 
 
-def render_markdown(results: dict[str, dict[str, Any]]) -> str:
-    """``BENCHMARKS.md`` from the result documents."""
+def render_markdown(results: dict[str, dict[str, Any]], results_dir: Path | None = None) -> str:
+    """``BENCHMARKS.md`` from the result documents, and from the other result files of
+    ``results_dir`` (scale benchmarks, compared runs) when given."""
     lines = [
         "# Benchmarks: Strait vs MirrorMaker 2",
         "",
@@ -367,7 +397,8 @@ def render_markdown(results: dict[str, dict[str, Any]]) -> str:
         "- **MirrorMaker 2, profile `tuned`** (`strait bench throughput --mm2-profile default,tuned`), what a careful "
         "operator would set for throughput on top of the above: " + _profile_settings("tuned") + ".",
         "- **Strait**: one controller and N worker processes (`python -m strait controller|worker`) from one YAML "
-        "config, ZooKeeper session timeout 10 s, topics added through the REST API with `start: earliest`.",
+        f"config, ZooKeeper session timeout {_session_timeout()} s (the default), topics added through the REST API "
+        "with `start: earliest`.",
         "",
     ]
     lines += [
@@ -402,7 +433,8 @@ def render_markdown(results: dict[str, dict[str, Any]]) -> str:
         title, method, render = _SECTIONS[scenario]
         lines += [f"## {title}", "", method, ""]
         lines += [
-            f"Command: `{doc.get('command', COMMANDS[scenario])}` — finished {doc.get('finished_at')}, load "
+            f"Command: `{shown_command(doc.get('command', COMMANDS[scenario]))}` — {provenance(doc)}, finished "
+            f"{doc.get('finished_at')}, load "
             f"average at start {doc.get('machine', {}).get('load_average_at_start')}; parameters "
             f"`{json.dumps(doc.get('params', {}))}`.",
             "",
@@ -415,13 +447,29 @@ def render_markdown(results: dict[str, dict[str, Any]]) -> str:
     missing = [s for s in SCENARIOS if s not in results]
     if missing:
         lines += ["## Not yet measured", "", "No result file yet for: " + ", ".join(missing) + ".", ""]
-    return "\n".join(lines)
+    if results_dir is not None and results_dir.is_dir():
+        lines += scale_sections(results_dir)
+        compared = comparison_sections(
+            results_dir,
+            {name: render for name, (_title, _method, render) in _SECTIONS.items()},
+            skip=("session-expiry",),
+        )
+        if compared:
+            lines += [
+                "## Compared runs",
+                "",
+                "Runs kept side by side to compare one change or setting, one folder each; every file is rendered as "
+                "its scenario's section above.",
+                "",
+                *compared,
+            ]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def write_markdown(results_dir: Path, target: Path) -> Path:
+    """``BENCHMARKS.md`` from the result files in ``results_dir`` alone."""
     results = load_all(results_dir)
     for doc in results.values():
         doc["_results_dir"] = str(results_dir)
-    kept = hand_written_tail(target.read_text()) if target.exists() else ""
-    target.write_text(render_markdown(results) + ("\n" + kept if kept else ""))
+    target.write_text(render_markdown(results, results_dir))
     return target

@@ -16,7 +16,7 @@ _METHOD = (
     "profile named), so the backlog appears all at once when the harness commits it. The realtime records are "
     "split by send time: without the backlog (after the warm-up, until 1 s before the commit), with it (from the "
     "commit until the destination holds the whole backlog, end offsets polled every 0.1 s) and after. The ratio "
-    "with / without is each system's own; the goal (issue 12) is Strait's p99 ratio below 2. Strait runs its "
+    "with / without is each system's own; the goal is a p99 ratio below 2 for Strait. Strait runs its "
     "defaults: partitions more than 10,000 records behind move to the catch-up fetch pipeline, the others stay in "
     "the realtime one. Before the first measured run an unmeasured Strait run (the latency section's broker "
     "warm-up) warms the brokers; the systems' order alternates per repeat and each row gives its place. Load is "

@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from strait.bench.report import _n, _table
+from strait.bench.report import _n, _table, run_commit
+from strait.bench.report_other import provenance, shown_command
 
 PATTERN = "chaos-*.json"
 
@@ -30,6 +31,7 @@ def save(result: Mapping[str, Any], results_dir: Path, *, machine: Mapping[str, 
         **result,
         "finished_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": command,
+        "commit": run_commit(),
         "machine": dict(machine),
     }
     path = results_dir / result_name(result)
@@ -59,17 +61,49 @@ def _verdict(doc: Mapping[str, Any]) -> str:
     return "**pass**" if doc.get("ok") else "**FAIL**: " + "; ".join(doc.get("failures", []))
 
 
+def _configuration(d: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two runs the same experiment: a later run of it supersedes an earlier one."""
+    shape = d["shape"]
+    return (
+        d["delivery"],
+        (d.get("params") or {}).get("copy"),
+        d["duration_s"],
+        d["seed"],
+        shape["brokers"],
+        shape["workers"],
+        shape["controllers"],
+        bool(shape.get("hog_processes")),
+    )
+
+
+def latest(docs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The latest run of each configuration, in the order of ``docs``."""
+    newest: dict[tuple[Any, ...], Mapping[str, Any]] = {}
+    for d in docs:
+        key = _configuration(d)
+        if key not in newest or str(d.get("finished_at", "")) > str(newest[key].get("finished_at", "")):
+            newest[key] = d
+    kept = {id(d) for d in newest.values()}
+    return [d for d in docs if id(d) in kept]
+
+
+def _commit(d: Mapping[str, Any]) -> str:
+    return provenance(dict(d)).replace("recorded in commit", "recorded in").replace("commit ", "")
+
+
 def _summary(docs: Sequence[Mapping[str, Any]]) -> list[str]:
     rows = []
-    for d in docs:
+    for d in sorted(docs, key=lambda d: str(d.get("finished_at", "")), reverse=True):
         t, shape, load = d["totals"], d["shape"], d.get("load_average", {})
         rows.append(
             [
-                d["delivery"],
+                str(d.get("finished_at", "—")),
+                _commit(d),
+                d["delivery"] + _copy(d),
                 _minutes(d["duration_s"]),
                 str(d["seed"]),
                 f"{shape['brokers']}+{shape['brokers']} brokers, {shape['workers']} workers, "
-                f"{shape['controllers']} controllers",
+                f"{shape['controllers']} controllers" + ("" if shape.get("hog_processes") else ", no CPU hog"),
                 _n(t["checked"]),
                 _n(sum(d["faults_injected"].values())),
                 _n(t["lost"]),
@@ -82,6 +116,8 @@ def _summary(docs: Sequence[Mapping[str, Any]]) -> list[str]:
         )
     return _table(
         [
+            "finished",
+            "commit",
             "delivery",
             "duration",
             "seed",
@@ -178,33 +214,6 @@ def _resends(d: Mapping[str, Any]) -> list[str]:
     return [title, "", *lines, ""] if lines else []
 
 
-def _done(e: Mapping[str, Any]) -> float:
-    return float(e.get("done_s", e["at_s"] + e["took_s"]))
-
-
-def _timeline(d: Mapping[str, Any]) -> list[str]:
-    rows = [
-        [
-            f"{e['planned_s']:.1f}",
-            f"{_done(e):.1f}",
-            str(e["fault"]),
-            e["kind"],
-            e["target"],
-            e["action"],
-            e["outcome"],
-            e["detail"].replace("|", "/"),
-        ]
-        for e in sorted(d["executed"], key=_done)
-    ]
-    return [
-        "<details><summary>The schedule as executed (seconds after the faults began)</summary>",
-        "",
-        *_table(["planned s", "done s", "fault", "kind", "target", "step", "outcome", "detail"], rows),
-        "",
-        "</details>",
-    ]
-
-
 def _copy(d: Mapping[str, Any]) -> str:
     copy = (d.get("params") or {}).get("copy")
     return f" (copy: {copy})" if copy else ""
@@ -216,7 +225,7 @@ def _run(d: Mapping[str, Any]) -> list[str]:
     lines = [
         f"## {d['delivery']}{_copy(d)}, {_minutes(d['duration_s'])}, seed {d['seed']}: {_verdict(d)}",
         "",
-        f"Command: `{d.get('command')}` — finished {d.get('finished_at')}.",
+        f"Command: `{shown_command(str(d.get('command')))}` — {provenance(dict(d))}, finished {d.get('finished_at')}.",
         "",
         f"- Shape: clusters of {shape['brokers']} brokers (replication factor {shape['replication_factor']}, "
         f"min.insync.replicas {shape['min_insync_replicas']}), {shape['workers']} workers, "
@@ -240,7 +249,17 @@ def _run(d: Mapping[str, Any]) -> list[str]:
         lines.append(f"- Processes that exited by themselves: {codes}; the end of their logs is in the JSON file.")
     if d.get("restored_at_end"):
         lines.append(f"- Undone at the end (their planned end was missed): {len(d['restored_at_end'])} faults.")
-    lines += ["", *_faults(d), "", *_topics(d), "", *_missing(d), *_resends(d), *_timeline(d), ""]
+    lines += [
+        "",
+        *_faults(d),
+        "",
+        *_topics(d),
+        "",
+        *_missing(d),
+        *_resends(d),
+        "The schedule as executed, fault by fault, is in the run's result file.",
+        "",
+    ]
     return lines
 
 
@@ -275,7 +294,14 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
     ]
     if not docs:
         return "\n".join([*lines, "No chaos result yet: run `strait bench chaos --duration 30m --seed 1`.", ""])
-    lines += ["## Runs", "", *_summary(docs), ""]
+    lines += [
+        "## Runs",
+        "",
+        "Every run, newest first; the sections after the machine give the latest run of each configuration.",
+        "",
+        *_summary(docs),
+        "",
+    ]
     machine = next((d.get("machine") for d in docs if d.get("machine")), None)
     if machine:
         lines += [
@@ -286,6 +312,6 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
             f"- Python {machine.get('python')}; {machine.get('java')}; {machine.get('kafka_broker')}",
             "",
         ]
-    for doc in docs:
+    for doc in latest(docs):
         lines += _run(doc)
-    return "\n".join(lines)
+    return "\n".join(lines).rstrip("\n") + "\n"
