@@ -66,9 +66,18 @@ def test_the_admin_log_pump_keeps_no_client_alive(monkeypatch: pytest.MonkeyPatc
     # Held by the pump (say, by its loop variable), an abandoned admin client would live on,
     # reconnecting, and print librdkafka's FAIL lines until the process ends.
     monkeypatch.setattr(clients, "_ADMIN_LOG_PUMP_S", 0.02)
+    rounds = threading.Semaphore(0)
+    serve = clients._pump._serve
+
+    def counted() -> None:
+        serve()
+        rounds.release()
+
+    monkeypatch.setattr(clients._pump, "_serve", counted)
     admin = clients.admin({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
     gone = weakref.ref(admin)
-    time.sleep(0.3)  # polled by the pump a few times
+    # Two rounds ended after the client was added: the second one began after it, and polled it.
+    assert rounds.acquire(timeout=10) and rounds.acquire(timeout=10), "the pump never served the client"
     del admin
     for _ in range(300):
         gc.collect()
