@@ -4,7 +4,7 @@
 processes, a generator producing to a few topics, adds the topics through the REST API, and
 prints the API's URL and a live one-line status until Ctrl-C; then it stops everything.
 
-`Fleet` (controller and worker processes on a private ZooKeeper root) and `Generator`
+`Fleet` (controller and worker processes on a private ZooKeeper root or Kafka topic prefix) and `Generator`
 (sequence-numbered records) are also what the integration tests drive, so the demo shows
 exactly what is tested.
 """
@@ -196,6 +196,8 @@ class Fleet:
     api_token: str | None = None
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
+    # Coordinate on this cluster of `clusters` (topics prefixed after `root`) instead of ZooKeeper.
+    coordination_cluster: str | None = None
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -204,7 +206,7 @@ class Fleet:
 
     def config(self) -> dict[str, Any]:
         return {
-            "zookeeper": {"connect": self.zookeeper, "root": self.root, "session_timeout_s": self.session_timeout_s},
+            "coordination": self.coordination(),
             "clusters": {name: dict(props) for name, props in self.clusters.items()},
             "routes": [dict(r) for r in self.routes],
             "controller": {
@@ -213,6 +215,20 @@ class Fleet:
                 "refresh_interval_s": self.refresh_interval_s,
             },
             "worker": {"commit_interval_s": 0.5, "stats_interval_s": 1.0, "drain_timeout_s": 20.0},
+        }
+
+    def coordination(self) -> dict[str, Any]:
+        """The configuration's coordination section."""
+        if self.coordination_cluster is not None:
+            prefix = "__" + self.root.strip("/").replace("/", ".")
+            kafka = {
+                "cluster": self.coordination_cluster,
+                "prefix": prefix,
+                "session_timeout_s": self.session_timeout_s,
+            }
+            return {"kafka": kafka}
+        return {
+            "zookeeper": {"connect": self.zookeeper, "root": self.root, "session_timeout_s": self.session_timeout_s}
         }
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
@@ -320,17 +336,19 @@ def run(*, workers: int = 2, topics: int = 3) -> int:
 
     signal.signal(signal.SIGTERM, interrupt)  # stop cleanly when terminated, as on Ctrl-C
     workdir = Path(tempfile.mkdtemp(prefix="strait-demo-"))
-    print(f"starting sandbox (ZooKeeper, Kafka clusters src and dst) in {workdir} ...", flush=True)
-    sandbox = Sandbox.up(SandboxSpec(clusters=("src", "dst"), brokers=1, log_dirs=2, state_dir=workdir / "sandbox"))
+    print(f"starting sandbox (Kafka clusters src and dst; Strait coordinates on dst) in {workdir} ...", flush=True)
+    spec = SandboxSpec(clusters=("src", "dst"), brokers=1, log_dirs=2, state_dir=workdir / "sandbox", zookeeper=False)
+    sandbox = Sandbox.up(spec)
     fleet: Fleet | None = None
     generator: Generator | None = None
     try:
         src = sandbox.clusters["src"].props()
         fleet = Fleet(
-            zookeeper=sandbox.zookeeper,
+            zookeeper="",
             clusters={"src": src, "dst": sandbox.clusters["dst"].props()},
             routes=[{"name": "src-dst", "source": "src", "destination": "dst"}],
             workdir=workdir / "fleet",
+            coordination_cluster="dst",
         )
         url = fleet.start_controller("controller-1")
         for n in range(workers):
