@@ -58,7 +58,10 @@ def test_kill_9_worker_loses_nothing(
         assert victims
         fleet.signal("w1", signal.SIGKILL)
         killed = time.monotonic()
-        time.sleep(0.3)  # let the destination settle what w1 had in flight
+        fleet.wait_exit("w1", 10)
+        # Counted once w2 owns them (after w1's session ended), the records that reach the
+        # victims' copies are w2's: none can be a late write of w1.
+        assert wait_until(lambda: set(victims) <= set(_owned_by(fleet, topic, "w2")), 60, interval_s=0.1)
         baseline = copied_counts(dst, topic, PARTITIONS)
         assert wait_until(
             lambda: all(copied_counts(dst, topic, PARTITIONS)[p] > baseline[p] for p in victims), 60, interval_s=0.1
