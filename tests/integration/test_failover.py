@@ -335,8 +335,7 @@ def test_a_compacted_topic_fails_over_exactly_across_its_gaps(
     tasks = [PartitionTask(route, topic, p, topic) for p in range(2)]
     _copy_all(make_copier(route, "w1"), tasks, ends)
     # Runs are published after the checkpoint commit, asynchronously (the first publish creates
-    # the map topic): failing over right after the copy's checkpoints reached the end found no
-    # map at all.
+    # the map topic): right after the copy's checkpoints reach the end there may be no map yet.
     _wait(lambda: _mapped_up_to(dst, route, topic, 2) == ends, 30, f"the offset map up to {ends}")
     config = _config(sandbox, route)
     planned = {p.partition: p for p in failover.plan(config, route, group)}

@@ -45,8 +45,8 @@ def test_a_cached_leader_needs_no_lookup() -> None:
 
 
 def test_a_partition_the_topic_grew_is_looked_up_again() -> None:
-    # Before: the map of a topic was kept until a leader moved, so partitions added to the
-    # topic later never found a leader and were never copied.
+    # A topic's map kept until a leader moves would leave partitions added to the topic later
+    # without a leader, never copied.
     cache, metadata, clock = make()
     metadata.topics["t"] = {0: 1, 1: 1}
     assert cache.leader("destination", "t", 0) == 1
@@ -127,7 +127,7 @@ class LaterMetadata:
 
 
 def test_a_lookup_answered_later_holds_no_one_and_its_answer_is_used() -> None:
-    # Before: every lookup was a blocking round trip on the pipeline's only thread.
+    # A blocking round trip per lookup would stall the pipeline's only thread.
     metadata, clock = LaterMetadata(), Clock()
     cache = LeaderCache(metadata, refresh_s=0.2, clock=clock)
     assert cache.leader("source", "t", 0) is None and cache.asking("source", "t")

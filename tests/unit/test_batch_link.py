@@ -76,8 +76,8 @@ def test_a_blocking_request_goes_to_a_connected_broker_first() -> None:
 
 
 def test_a_dead_broker_costs_seconds_and_the_next_one_answers() -> None:
-    # Before: the one broker chosen got the whole request timeout (30 s) to become ready, on
-    # the pipeline's only thread.
+    # The pipeline has one thread: giving the one broker chosen the whole request timeout
+    # (30 s) to become ready would stall it that long.
     made = link({1, 2, 3}, dead={1})
     assert made._call("metadata") == "answer from 2"
     assert made.client.calls == [(1, 5_000), (2, 5_000)]

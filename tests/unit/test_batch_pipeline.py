@@ -531,7 +531,7 @@ class LaterLeaders(FakeSource):
 
 
 def test_a_leader_lookup_on_the_way_holds_neither_the_other_partitions_nor_its_own() -> None:
-    # Before: each lookup was a blocking Metadata round trip on the loop's only thread.
+    # A blocking Metadata round trip per lookup would stall the loop's only thread.
     logs = {("t", 0): source_log(3), ("slow", 0): source_log(2)}
     clock = Clock()
     batch_pipeline.time = clock  # type: ignore[attr-defined]  # restored by the autouse fixture

@@ -11,8 +11,8 @@ from tests.unit.test_batch_pipeline import FakeDestination, payloads, run, setup
 
 
 def test_partitions_added_to_a_topic_are_copied() -> None:
-    # Before: the leaders of a topic were kept until a leader moved, so a partition the topic
-    # gained later never found its leader and was never fetched.
+    # Leaders kept until a leader moves would leave a partition the topic gains later without
+    # a leader, never fetched.
     logs = {("t", 0): source_log(3)}
     pipeline, src, dst = setup(logs)
     first = start(pipeline, "t", 0)
