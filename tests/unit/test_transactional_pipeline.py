@@ -494,8 +494,8 @@ def test_a_route_without_a_map_keeps_no_runs(monkeypatch: pytest.MonkeyPatch) ->
 
 
 class BrokenFlushProducer(TxnProducer):
-    """A producer fenced while flush() served its reports: confluent-kafka 2.16 then ended the
-    call with a bare SystemError (seen on a worker woken from SIGSTOP past its session)."""
+    """A producer fenced while flush() serves its reports: confluent-kafka 2.16 then ends the
+    call with a bare SystemError (as for a worker woken from SIGSTOP past its session)."""
 
     def flush(self, timeout: float = 0) -> int:
         raise SystemError("<built-in method flush of Producer object> returned NULL without setting an exception")
