@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from typing import Any, ClassVar
 
 import pytest
@@ -59,7 +58,7 @@ class _FakeProducer:
 
     calls: ClassVar[list[tuple[str, float]]] = []
     failing: ClassVar[dict[str, KafkaError]] = {}
-    delay_s: ClassVar[float] = 0.0
+    together: ClassVar[threading.Barrier | None] = None
     lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, props: dict[str, Any]) -> None:
@@ -67,7 +66,8 @@ class _FakeProducer:
         self.props = props
 
     def init_transactions(self, timeout: float) -> None:
-        time.sleep(self.delay_s)
+        if self.together is not None:
+            self.together.wait()
         with self.lock:
             self.calls.append((self.tid, timeout))
         error = self.failing.get(self.tid)
@@ -82,7 +82,7 @@ class _FakeProducer:
 def fake(monkeypatch: pytest.MonkeyPatch) -> type[_FakeProducer]:
     _FakeProducer.calls = []
     _FakeProducer.failing = {}
-    _FakeProducer.delay_s = 0.0
+    _FakeProducer.together = None
     monkeypatch.setattr(clients, "producer", lambda props, **overrides: _FakeProducer({**props, **overrides}))
     return _FakeProducer
 
@@ -94,10 +94,11 @@ def test_fence_inits_every_id_once(fake: type[_FakeProducer]) -> None:
 
 
 def test_fence_runs_ids_side_by_side(fake: type[_FakeProducer]) -> None:
-    fake.delay_s = 0.3
-    started = time.monotonic()
-    fence({}, [f"id{i}" for i in range(4)], timeout_s=5)
-    assert time.monotonic() - started < 1.0
+    # Each init waits until all four are inside one: fenced one after another, the first would
+    # wait alone and break the barrier, and the fence would fail.
+    fake.together = threading.Barrier(4, timeout=30)
+    fence({}, [f"id{i}" for i in range(4)], timeout_s=60)
+    assert sorted(tid for tid, _ in fake.calls) == [f"id{i}" for i in range(4)]
 
 
 def test_fence_tries_every_id_and_names_the_failures(fake: type[_FakeProducer]) -> None:
