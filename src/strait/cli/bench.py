@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from strait.cli import bench_chaos, bench_events, bench_scale
 from strait.cli.bench_session import (
@@ -22,7 +24,32 @@ from strait.cli.bench_session import (
     _words,
 )
 
+# The harness (strait.bench) is a tool outside the runtime's import graph, with an extra of its own.
+BENCH_EXTRA = ("psutil", "matplotlib")
+
+
+def missing_bench_extra() -> list[str]:
+    """The modules of the `bench` extra that are not installed."""
+    return [name for name in BENCH_EXTRA if importlib.util.find_spec(name) is None]
+
+
+class _BenchCommands(TyperGroup):
+    """Every `strait bench` command needs the `bench` extra; its help does not."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        missing = missing_bench_extra()
+        if missing and not ctx.resilient_parsing and not {"--help", "-h"} & set(args):
+            typer.echo(
+                f"strait bench needs the `bench` extra ({', '.join(missing)} not installed): "
+                "pip install 'strait[bench]'",
+                err=True,
+            )
+            raise typer.Exit(2)
+        return super().resolve_command(ctx, args)
+
+
 app = typer.Typer(
+    cls=_BenchCommands,
     help="Benchmarks: Strait and MirrorMaker 2 side by side on the same sandbox clusters (not part of CI).",
     no_args_is_help=True,
 )

