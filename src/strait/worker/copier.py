@@ -438,6 +438,11 @@ class Copier(PartitionStarts):
             due.append((state, checkpoint))
         if not due:
             return
+        if not self._lease():
+            # Cut off, or frozen past the session: the partitions may be someone else's now,
+            # and a checkpoint committed from here could move the new owner's back.
+            log.warning("copier %s: lease not confirmed; %d checkpoint(s) left uncommitted", self.route, len(due))
+            return
         started = time.monotonic()
         try:
             failed = self._checkpoints.commit({s.task: offset for s, offset in due})

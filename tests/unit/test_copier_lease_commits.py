@@ -1,0 +1,63 @@
+"""A copier commits no checkpoint while its worker's lease is not confirmed (cut off, or frozen
+past its session): the partitions may be someone else's, and a late commit could move the new
+owner's checkpoint back."""
+
+from __future__ import annotations
+
+import threading
+
+from strait.worker.copier import Copier
+from strait.worker.lease import Lease
+from tests.unit.test_worker_copier import (
+    ROUTE,
+    FakeCheckpoints,
+    FakeDestinations,
+    FakePipeline,
+    _task,
+    _wait_for,
+)
+
+
+def test_no_checkpoint_is_committed_without_a_confirmed_lease_not_even_the_final_one() -> None:
+    lease = Lease(valid_for_s=60)
+    lease.confirm()
+    refusals = threading.Semaphore(0)
+
+    def valid() -> bool:
+        answer = lease.valid()
+        if not answer:
+            refusals.release()
+        return answer
+
+    checkpoints = FakeCheckpoints()
+    copier = Copier(
+        route=ROUTE,
+        source={"bootstrap.servers": "127.0.0.1:1"},
+        destination={"bootstrap.servers": "127.0.0.1:1"},
+        group_id="strait-a-b",
+        worker_id="w1",
+        commit_interval_s=0.02,
+        pipeline_factory=FakePipeline,
+        checkpoints=checkpoints,
+        destinations=FakeDestinations(),
+        lease=valid,
+    )
+    task = _task(0)
+    copier.start()
+    try:
+        copier.assign([task])
+        realtime: FakePipeline = copier._realtime  # type: ignore[assignment]
+        _wait_for(lambda: task in realtime.states)
+        state = realtime.states[task]
+        realtime.send(state, 0, 1, 2)
+        realtime.ack(state, 0, 1, 2)
+        _wait_for(lambda: checkpoints.committed.get(task) == 3)
+        lease.revoke()  # the session is in doubt
+        realtime.send(state, 3, 4)
+        realtime.ack(state, 3, 4)
+        # Refused twice: a whole commit turn with a moved checkpoint passed without a commit.
+        assert refusals.acquire(timeout=5) and refusals.acquire(timeout=5)
+        assert checkpoints.committed[task] == 3
+    finally:
+        copier.stop(drain=False, timeout_s=1)
+    assert checkpoints.history(task)[-1] == 3  # the final commit was refused too
