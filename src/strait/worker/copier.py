@@ -217,7 +217,8 @@ class Copier(PartitionStarts):
     def revoke(self, tasks: Iterable[PartitionTask], timeout_s: float = 30) -> set[PartitionTask]:
         """Hand partitions over cleanly: stop fetching, wait for in-flight acks, commit, return.
 
-        The next owner resumes exactly at the committed checkpoint (no loss, no duplicates).
+        The next owner resumes exactly at the committed checkpoint: no loss, and duplicates only
+        where a batch pipeline gave up a batch whose answer was lost (strait.worker.moves).
         Returns the partitions whose records are still in flight after ``timeout_s`` (a stalled
         destination): they stay held (:meth:`assigned` lists them) until every record was
         acknowledged or failed (at most the producer's delivery timeout), because a new owner
