@@ -13,7 +13,7 @@ reader into views (strait.coordination.views); a watch is a callback on a change
                                                  the compare-and-set version
                      assignment/worker/<id>[/i]  {"gen", "more", "p": encode_keys ranges}, split
                      assignment/unowned[/i]      as in strait.coordination.split (pieces 1..more)
-    <prefix>.live    leader                      {"term", "session"}: the leader's heartbeat
+    <prefix>.live    leader/<session>            {"term"}: a leader's heartbeat
                      worker/<id>                 WorkerRecord + "session": the worker's heartbeat
                      stats/<id>                  copy statistics (strait.coordination.stats)
 
@@ -289,8 +289,8 @@ class KafkaStore:
         if self._state is SessionState.LOST:
             return  # a new session starts with the next successful round trip
         leading = self._leading
-        if leading is not None:
-            self._produce(self._live_topic, "leader", {"term": leading.term, "session": self._session})
+        if leading is not None and self._leads_in_view():
+            self._produce(self._live_topic, f"leader/{self._session}", {"term": leading.term})
         for record in list(self._owned.values()):
             self._produce(self._live_topic, f"worker/{record.id}", self._worker_value(record))
         self._flush(self._timeout_s / 4)
@@ -338,7 +338,7 @@ class KafkaStore:
         cluster = liveness_changed or any(
             k == "leader" or k.startswith(("topic/", "drain/", "known/")) for k in state_keys
         )
-        cluster = cluster or any(k.startswith("worker/") or k == "leader" for k in live_keys)
+        cluster = cluster or any(k.startswith(("worker/", "leader/")) for k in live_keys)
         if cluster:
             for callback in list(self._cluster_watches):
                 self._call_watch(callback)
@@ -456,7 +456,8 @@ class KafkaStore:
                     with contextlib.suppress(KafkaException):
                         producer.abort_transaction(self._timeout_s)
                 if error.fatal() or error.code() == KafkaError._FENCED:
-                    self._drop_leader_producer()
+                    # Dropped, not closed: closing would try to abort what the broker already ended.
+                    self._leader_producer = None
                     return False
                 if error.retriable():
                     raise StoreUnavailable(f"coordinating Kafka cluster unavailable: {error}") from exc
@@ -475,12 +476,8 @@ class KafkaStore:
         return None if record is None or record.get("released") else record
 
     def _leader_alive(self, record: Mapping[str, Any]) -> bool:
-        beat = self._view(self._live_topic).entry("leader")
-        return (
-            beat is not None
-            and beat.value.get("session") == record.get("session")
-            and fresh(beat, time.monotonic(), self._timeout_s)
-        )
+        beat = self._view(self._live_topic).entry(f"leader/{record.get('session')}")
+        return fresh(beat, time.monotonic(), self._timeout_s)
 
     def attempt_to_acquire_leadership(self, leader: LeaderInfo) -> bool:
         if self._state is not SessionState.CONNECTED:
@@ -513,7 +510,7 @@ class KafkaStore:
         record = {"id": leader.id, "api_url": leader.api_url, "term": term, "session": self._session}
         if not self._commit([("leader", record)]):
             return False
-        self._produce(self._live_topic, "leader", {"term": term, "session": self._session})
+        self._produce(self._live_topic, f"leader/{self._session}", {"term": term})
         self._flush()
         self._sync()
         return self.holds_leadership()
@@ -521,6 +518,11 @@ class KafkaStore:
     def holds_leadership(self) -> bool:
         if self._leading is None or self._state is not SessionState.CONNECTED:
             return False
+        if time.monotonic() - self._last_ok >= self._timeout_s / 2:
+            return False  # no round trip for half the session (the heartbeat thread stalled with us)
+        return self._leads_in_view()
+
+    def _leads_in_view(self) -> bool:
         record = self._view(self._state_topic).get("leader")
         return record is not None and record.get("session") == self._session and not record.get("released")
 
@@ -539,6 +541,8 @@ class KafkaStore:
                 self._sync()
         self._leading = None
         self._drop_leader_producer()
+        self._produce(self._live_topic, f"leader/{self._session}", None)
+        self._producer.poll(0)
 
     def watch_cluster(self, on_change: Callable[[], None]) -> None:
         with self._cond:
