@@ -218,7 +218,8 @@ def test_killed_executor_is_seen_by_status_then_resumed_and_cancelled(cluster: d
     result: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: result.update(final=resumed.run()))
     thread.start()
-    time.sleep(3)
+    # The resumed executor's heartbeat shows in status: the cancel below meets a live run.
+    _wait(lambda: json.loads(_cli("status", "--bootstrap", bootstrap, "--json").stdout)["alive"], 60, "a live run")
     assert thread.is_alive(), "moves should still be copying under a 20KB/s throttle"
     cancelled = _cli("cancel", "--bootstrap", bootstrap, "--json")
     assert cancelled.returncode == 0, cancelled.stderr
@@ -280,7 +281,9 @@ def test_stale_plan_is_refused_naming_the_partition(cluster: dict[str, Any], tmp
     assert result.returncode != 0 and "not valid JSON" in result.stderr
 
 
-def test_long_tail_pipeline_beats_batch(cluster: dict[str, Any]) -> None:
+def test_long_tail_pipeline_refills_the_window_while_batch_waits(cluster: dict[str, Any]) -> None:
+    # How much sooner the pipeline finishes is measured by the balancer benchmark; here: that the
+    # window refills with small moves while the big one runs, and that batch mode waits instead.
     c = cluster
     # One big partition on broker 1 bound for broker 3; many small ones on broker 2 bound for 4.
     assignments = {0: [1], **{p: [2] for p in range(1, 16)}}
@@ -296,7 +299,6 @@ def test_long_tail_pipeline_beats_batch(cluster: dict[str, Any]) -> None:
     )
     back = tuple(InterBrokerMove(m.topic, m.partition, m.target, m.source, {}, m.bytes) for m in forward)
     caps = Caps(in_flight=4, broker_in=4, broker_out=4, disk=4)
-    timings: dict[str, float] = {}
     runs: dict[str, executor.Snapshot] = {}
     gw = KafkaGateway(c["props"])
     store = StateStore(c["props"])
@@ -305,9 +307,7 @@ def test_long_tail_pipeline_beats_batch(cluster: dict[str, Any]) -> None:
         # Kafka lets a throttled replica burst about ten seconds' worth of its rate before holding
         # it back, so the big partition (3 MB) is sized to outlast that at 150 KB/s.
         run = executor.start(gw, store, plan, executor.Options(mode=mode, caps=caps, throttle=150_000))
-        t0 = time.monotonic()
         runs[mode] = run.run()
-        timings[mode] = time.monotonic() - t0
         assert runs[mode].status == "done", runs[mode].moves
         undo = executor.start(
             gw,
@@ -317,20 +317,21 @@ def test_long_tail_pipeline_beats_batch(cluster: dict[str, Any]) -> None:
         )
         assert undo.run().status == "done"
     gw.close()
-    print(
-        f"\nlong tail: batch {timings['batch']:.1f}s, pipeline {timings['pipeline']:.1f}s "
-        f"({timings['batch'] / timings['pipeline']:.2f}x)"
-    )
-    assert timings["pipeline"] < timings["batch"]
-    moves = runs["pipeline"].moves
-    big = moves["inter:tail:0"]
-    small_during_big = [
-        k
-        for k, v in moves.items()
-        if k != "inter:tail:0" and v["started"] > big["started"] and v["finished"] < big["finished"]
-    ]
-    # The window kept refilling with small moves while the big one ran.
-    assert len(small_during_big) >= 6, moves
+
+    def small_during_big(mode: str) -> list[str]:
+        moves = runs[mode].moves
+        big = moves["inter:tail:0"]
+        return [
+            k
+            for k, v in moves.items()
+            if k != "inter:tail:0" and v["started"] > big["started"] and v["finished"] < big["finished"]
+        ]
+
+    # Batch: only the moves admitted with the big one can run beside it; the window refills
+    # once it is empty.
+    assert len(small_during_big("batch")) <= caps.in_flight - 1, runs["batch"].moves
+    # Pipeline: the window kept refilling with small moves while the big one ran.
+    assert len(small_during_big("pipeline")) >= 6, runs["pipeline"].moves
 
 
 def test_drain_empties_a_broker(cluster: dict[str, Any]) -> None:
