@@ -327,7 +327,6 @@ def _summary(arrivals: list[int], *, delivery: str = "at-least-once", acked: str
         restored=[],
         exits={},
         started_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
-        exactly_once_available=False,
         chaos_started_us=0,
         workdir="/tmp/x",
     )

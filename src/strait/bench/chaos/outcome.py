@@ -47,7 +47,6 @@ def summarize(
     restored: Sequence[str],
     exits: Mapping[str, Mapping[str, Any]],
     started_at: dt.datetime,
-    exactly_once_available: bool,
     chaos_started_us: int,
     workdir: str,
 ) -> dict[str, Any]:
@@ -80,7 +79,6 @@ def summarize(
         "seed": options["seed"],
         "duration_s": options["duration_s"],
         "delivery": options["delivery"],
-        "exactly_once_available": exactly_once_available,
         "ok": not reasons,
         "failures": reasons,
         "params": {k: (sorted(v) if isinstance(v, frozenset | set) else v) for k, v in options.items()},

@@ -230,12 +230,7 @@ def _run(d: Mapping[str, Any]) -> list[str]:
         f"- Shape: clusters of {shape['brokers']} brokers (replication factor {shape['replication_factor']}, "
         f"min.insync.replicas {shape['min_insync_replicas']}), {shape['workers']} workers, "
         f"{shape['controllers']} controllers, ZooKeeper session timeout {shape['session_timeout_s']} s, "
-        + (
-            "(the worker did not declare exactly-once support), "
-            if d["delivery"] == "exactly-once" and not d.get("exactly_once_available")
-            else ""
-        )
-        + f"CPU hog of {shape['hog_processes']} busy processes; final partitions "
+        f"CPU hog of {shape['hog_processes']} busy processes; final partitions "
         + ", ".join(f"{t.rsplit('-', 1)[-1]} {n}" for t, n in sorted(shape["partitions"].items())),
         f"- Load: {_n(load['produced'])} records acknowledged by the source ({_n(load['rate_per_partition'])}/s "
         f"per partition plus bursts, {load['record_size']} B), {_n(load['failed'])} produce failures; load average "

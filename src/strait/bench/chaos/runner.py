@@ -77,15 +77,6 @@ class ChaosOptions:
         )
 
 
-def exactly_once_available() -> bool:
-    """Whether the worker declares exactly-once delivery (`strait.worker.exactly_once`)."""
-    try:
-        from strait.worker.exactly_once import exactly_once_available as declared
-    except ImportError:
-        return False
-    return declared()
-
-
 def run(
     options: ChaosOptions, *, workdir: Path, sandbox: Sandbox | None = None, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
@@ -135,9 +126,6 @@ class _Run:
         o = self.options
         kinds = ", ".join(f"{kind} {n}" for kind, n in self.schedule.counts().items())
         self.log(f"schedule: {len(self.schedule.faults)} faults over {o.duration_s:.0f}s, seed {o.seed}: {kinds}")
-        supported = exactly_once_available()
-        if o.delivery == "exactly-once" and not supported:
-            self.log("warning: this worker does not declare exactly-once support (strait.worker.exactly_once)")
         self._create_topics()
         fleet = Fleet(
             zookeeper=self.sandbox.zookeeper,
@@ -225,7 +213,6 @@ class _Run:
             restored=restored,
             exits=exits,
             started_at=started_at,
-            exactly_once_available=supported,
             chaos_started_us=self.chaos_started_us,
             workdir=str(self.workdir),
         )

@@ -10,7 +10,7 @@ from strait.bench.scenarios.add_topics import add_topics
 from strait.bench.scenarios.delivery import delivery
 from strait.bench.scenarios.failover import failover
 from strait.bench.scenarios.failure import worker_failure
-from strait.bench.scenarios.harness import SYSTEMS, Bench, strait_available
+from strait.bench.scenarios.harness import SYSTEMS, Bench
 from strait.bench.scenarios.isolation import isolation
 from strait.bench.scenarios.latency import latency
 from strait.bench.scenarios.smoke import smoke
@@ -25,7 +25,6 @@ __all__ = [
     "isolation",
     "latency",
     "smoke",
-    "strait_available",
     "throughput",
     "worker_failure",
 ]

@@ -8,7 +8,6 @@ as their own processes.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -29,14 +28,6 @@ from strait.sandbox import Sandbox
 
 SYSTEMS = ("strait", "mm2")
 SEC = 1_000_000  # µs
-
-
-def strait_available() -> bool:
-    """Whether this checkout has Strait's replicator (controller and worker) to benchmark."""
-    return all(
-        importlib.util.find_spec(module) is not None
-        for module in ("strait.controller.server", "strait.worker.process", "strait.config")
-    )
 
 
 @dataclass
@@ -68,11 +59,7 @@ class Bench:
         return cluster.admin_props() if self.super_user else cluster.props()
 
     def active_systems(self) -> list[str]:
-        systems = [s for s in self.systems if s in SYSTEMS]
-        if "strait" in systems and not strait_available():
-            self.log("Strait's replicator is not in this checkout yet: running MirrorMaker 2 only")
-            systems.remove("strait")
-        return systems
+        return [s for s in self.systems if s in SYSTEMS]
 
     def order(self, repeat: int) -> list[str]:
         """Systems in alternating order: a slow first run (cold caches) does not always hit the same one."""
