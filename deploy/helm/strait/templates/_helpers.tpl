@@ -61,6 +61,11 @@ The configuration file: .Values.config with the keys the chart manages set from 
 {{- $_ := set $controller "tls" $tls }}
 {{- end }}
 {{- $managed := dict }}
+{{- if .Values.coordination.kafka.cluster }}
+{{- $_ := set $managed "coordination" (dict "kafka" .Values.coordination.kafka) }}
+{{- else }}
+{{- $_ := set $managed "coordination" (dict "zookeeper" .Values.coordination.zookeeper) }}
+{{- end }}
 {{- if $controller }}
 {{- $_ := set $managed "controller" $controller }}
 {{- end }}
