@@ -427,3 +427,24 @@ def test_100k_partitions_are_published_and_each_worker_reads_its_part(kafka_stor
     assert leader.write_assignment(moved, leader.read_assignment().version)
     assert worker.read_assignment().owners == moved
     assert worker.read_worker_assignment("w0").owners == {k: w for k, w in moved.items() if w == "w0"}
+
+
+def test_the_kafka_store_needs_only_the_coordinator_acls(secure_sandbox: Sandbox, root: str) -> None:
+    # The sandbox's user strait holds exactly the ACLs of strait.security.acls (mutual TLS on dst).
+    props = secure_sandbox.clusters["dst"].props()
+    prefix = f"__strait{root.replace('/', '.')}"
+    leader, worker = (connect_kafka(props=props, prefix=prefix, session_timeout_s=3) for _ in range(2))
+    try:
+        assert leader.attempt_to_acquire_leadership(LeaderInfo("a", "http://a"))
+        leader.create_topic(TopicSpec(route="main", topic="orders", destination_topic="orders", partitions=1))
+        assert leader.write_assignment({KEY: "w1"}, leader.read_assignment().version)
+        worker.register_worker(WorkerRecord(id="w1", state=WorkerState.ACTIVE, holding=frozenset({KEY})))
+        worker.publish_stats("w1", {"updated": time.time()})
+        assert worker.read_worker_assignment("w1").owners == {KEY: "w1"}
+        snapshot = leader.snapshot()
+        assert snapshot.workers["w1"].live and set(snapshot.topics) == {("main", "orders")}
+        leader.release_leadership()
+        assert worker.attempt_to_acquire_leadership(LeaderInfo("b", "http://b"))
+    finally:
+        leader.close()
+        worker.close()

@@ -92,7 +92,7 @@ def test_each_role_has_what_its_work_needs() -> None:
 
 def test_bindings_are_the_union_once_each_for_the_principal() -> None:
     made = acls.bindings("User:strait", acls.ROLES)
-    assert len(made) == len({p.key for _, p in ALL_PERMISSIONS}) == 19
+    assert len(made) == len({p.key for _, p in ALL_PERMISSIONS}) == 21
     assert {b.principal for b in made} == {"User:strait"}
     assert {b.host for b in made} == {"*"}
     assert {b.permission_type for b in made} == {AclPermissionType.ALLOW}

@@ -152,3 +152,21 @@ def test_the_old_top_level_zookeeper_section_still_reads(caplog: pytest.LogCaptu
 def test_a_bad_coordination_section_is_refused_by_name(section: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         parse_config({**ROUTE, **section}, {})
+
+
+def test_the_acls_cover_the_names_the_kafka_store_gives_its_resources() -> None:
+    from strait.coordination.kafka import leader_transactional_id, reader_group
+    from strait.security import acls
+
+    def granted(resource: object, name: str) -> set[object]:
+        return {
+            p.operation
+            for p in acls.COORDINATOR.permissions
+            if p.resource == resource and (name == p.name if p.pattern is acls.LITERAL else name.startswith(p.name))
+        }
+
+    for prefix in ("__strait", "__strait-eu.dr"):
+        assert acls.Op.WRITE in granted(acls.TRANSACTIONAL_ID, leader_transactional_id(prefix))
+        assert acls.Op.DESCRIBE in granted(acls.GROUP, reader_group(prefix))
+        for topic in (f"{prefix}.state", f"{prefix}.live"):
+            assert {acls.Op.CREATE, acls.Op.WRITE, acls.Op.READ} <= granted(acls.TOPIC, topic)

@@ -18,7 +18,8 @@ reader into views (strait.coordination.views); a watch is a callback on a change
                      stats/<id>                  copy statistics (strait.coordination.stats)
 
 Leadership and fencing: every leader write (the leader record, assignments, the leader's topic
-changes) is a transaction of one producer whose `transactional.id` is `<prefix>-leader`. A new
+changes) is a transaction of one producer whose `transactional.id` is
+`strait-coordination.<prefix>.leader`. A new
 leader's `init_transactions` fences the previous holder's epoch, so a deposed or frozen leader's
 later commit is refused by the broker, whatever it believes; the state topic is read
 `read_committed`, so a refused or aborted write is never seen by anyone.
@@ -76,6 +77,18 @@ log = logging.getLogger(__name__)
 CHUNK_BYTES = 256 * 1024
 _TORN_READ_TRIES = 20
 _UNOWNED = "unowned"
+# Names of the transactional id and the group, under one prefix the ACLs grant.
+NAME_PREFIX = "strait-coordination"
+
+
+def leader_transactional_id(prefix: str) -> str:
+    """The one transactional id every leader of the fleet on `prefix` writes with."""
+    return f"{NAME_PREFIX}.{prefix}.leader"
+
+
+def reader_group(prefix: str) -> str:
+    """The readers' group.id: librdkafka wants one; nothing joins it or commits to it."""
+    return f"{NAME_PREFIX}.{prefix}.reader"
 
 
 def assignment_key(name: str | None, piece: int = 0) -> str:
@@ -143,7 +156,7 @@ class KafkaStore:
         self._timeout_s = session_timeout_s
         self._state_topic = f"{prefix}.state"
         self._live_topic = f"{prefix}.live"
-        self._transactional_id = f"{prefix}-leader"
+        self._transactional_id = leader_transactional_id(prefix)
         self._session = uuid.uuid4().hex
         self._clock = SessionClock(session_timeout_s)
         self._state = SessionState.LOST
@@ -176,7 +189,7 @@ class KafkaStore:
         self._consumer = clients.consumer(
             self._props,
             **{
-                "group.id": f"{prefix}-reader",
+                "group.id": reader_group(prefix),
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "enable.partition.eof": True,

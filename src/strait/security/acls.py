@@ -1,13 +1,14 @@
 """The Kafka ACLs each Strait role needs, as data, and granting them.
 
 A role is what one part of Strait does on one cluster: a replicator reading a route's source,
-a replicator writing a route's destination, the disk balancer. Each permission carries why
-Strait needs it, so this module is the single answer to "what must the platform team grant?":
-the README table is rendered from it (:func:`markdown`) and the sandbox grants exactly these
-(the union of all three roles, since a sandbox cluster can be either end of a route and be
-balanced too). Topic permissions use the wildcard ``*``: which topics a route replicates is
-decided at run time through the REST API. Everything Strait names itself (groups,
-transactional ids, internal topics) is matched by prefix, so nothing else is opened up.
+a replicator writing a route's destination, the disk balancer, the coordination store on Kafka.
+Each permission carries why Strait needs it, so this module is the single answer to "what must
+the platform team grant?": the README table is rendered from it (:func:`markdown`) and the
+sandbox grants exactly these (the union of all roles, since a sandbox cluster can be either end
+of a route, be balanced and coordinate too). Topic permissions use the wildcard ``*``: which
+topics a route replicates is decided at run time through the REST API. Everything Strait names
+itself (groups, transactional ids, internal topics) is matched by prefix, so nothing else is
+opened up.
 
 In Kafka's ACL model READ, WRITE, ALTER and DELETE imply DESCRIBE, and ALTER_CONFIGS implies
 DESCRIBE_CONFIGS; DESCRIBE is still listed where a role needs it on its own.
@@ -35,6 +36,8 @@ TRANSACTIONAL_ID_PREFIX = "strait."  # strait.<route>.<worker>.<pipeline> (fenci
 DESTINATION_GROUP_PREFIX = "strait."  # strait.<route>: exactly-once checkpoints on the destination
 INTERNAL_TOPIC_PREFIX = "__strait"  # __strait_balance: the balancer's state topic
 BALANCER_READER_GROUP_PREFIX = "strait-balance"  # the state topic's reader carries a group.id
+# strait-coordination.<prefix>.leader and .reader (coordination.kafka: the leader's id, the readers' group)
+COORDINATION_PREFIX = "strait-coordination"
 ANY_TOPIC = "*"
 # librdkafka calls Kafka's CLUSTER resource type BROKER (both are code 4); its one name is fixed.
 CLUSTER = ResourceType.BROKER
@@ -143,7 +146,26 @@ BALANCER = Role(
     ),
 )
 
-ROLES = (REPLICATOR_SOURCE, REPLICATOR_DESTINATION, BALANCER)
+COORDINATOR = Role(
+    "coordinator",
+    "controllers and workers on the cluster named in coordination.kafka (its prefix starting with __strait)",
+    (
+        _internal(Op.CREATE, "create the coordination topics <prefix>.state and <prefix>.live"),
+        _internal(Op.WRITE, "write heartbeats, worker records, topics, drain requests and the assignment"),
+        _internal(Op.READ, "read the coordination topics back into views, and their end offsets"),
+        _cluster(Op.IDEMPOTENT_WRITE, "InitProducerId of the idempotent producer (brokers before 2.8 ask for it)"),
+        Permission(
+            TRANSACTIONAL_ID, COORDINATION_PREFIX, PREFIXED, Op.WRITE,
+            "the leader's transactional producer; a new leader's init_transactions fences the previous one",
+        ),
+        Permission(
+            GROUP, COORDINATION_PREFIX, PREFIXED, Op.DESCRIBE,
+            "the coordination readers have a group.id, whose coordinator librdkafka looks up (they commit nothing)",
+        ),
+    ),
+)
+
+ROLES = (REPLICATOR_SOURCE, REPLICATOR_DESTINATION, BALANCER, COORDINATOR)
 
 
 def permissions(roles: Iterable[Role]) -> list[Permission]:
