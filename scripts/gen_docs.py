@@ -3,7 +3,7 @@
 - ``reference/configuration.md``: every key of the typed configuration (:class:`strait.config.StraitConfig`)
   with its type, default, constraints, environment variable and description (the field's
   ``description``, else the comment above the field, else the key's comment in the YAML example
-  of its class's or module's docstring);
+  of its class's or module's docstring, else ``scripts/config_descriptions.yaml``);
 - ``reference/cli.md``: every ``strait`` command and option, from the Typer app's click commands;
 - ``reference/rest-api.md`` and ``reference/openapi.json``: the controller's HTTP API, from the
   OpenAPI document of the FastAPI application a controller serves;
@@ -34,6 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 ENV_PREFIX = "STRAIT_"
+FALLBACK_DESCRIPTIONS = Path(__file__).with_name("config_descriptions.yaml")
 
 
 # --- configuration -----------------------------------------------------------------------------
@@ -161,21 +162,59 @@ def _docstring_comments(*docs: str | None) -> dict[str, str]:
     return found
 
 
+def fallback_descriptions() -> dict[str, str]:
+    """``Model.field`` -> description, for fields the code does not describe."""
+    import yaml
+
+    found: dict[str, str] = yaml.safe_load(FALLBACK_DESCRIPTIONS.read_text()) or {}
+    return found
+
+
+def code_description(model: Any, name: str) -> str:
+    """What the code says of a field: its ``description``, the comment above it, or its comment in
+    a YAML example of its class's or module's docstring."""
+    field = model.model_fields[name]
+    key = field.alias or name
+    if field.description:
+        return str(field.description)
+    above = _comments_above(model)
+    examples = _docstring_comments(model.__doc__, inspect.getmodule(model).__doc__)
+    return above.get(name) or examples.get(key, "")
+
+
+def config_models() -> list[Any]:
+    """Every model class of the configuration, the root first."""
+    from strait.config import StraitConfig
+
+    found: list[Any] = []
+
+    def walk(model: Any) -> None:
+        if model in found:
+            return
+        found.append(model)
+        for field in model.model_fields.values():
+            for nested in (_model_in(field.annotation), _list_model(field.annotation)):
+                if nested is not None:
+                    walk(nested)
+
+    walk(StraitConfig)
+    return found
+
+
 def config_keys() -> list[Key]:
     """Every key of the configuration file, depth first, in the model's order."""
     from strait.config import StraitConfig
 
     keys: list[Key] = []
+    fallback = fallback_descriptions()
 
     def walk(model: Any, prefix: str, env: str | None, env_note: str) -> None:
-        above = _comments_above(model)
-        examples = _docstring_comments(model.__doc__, inspect.getmodule(model).__doc__)
         for name, field in model.model_fields.items():
             key = field.alias or name
             path = f"{prefix}{key}"
             annotation = field.annotation
             own_env = None if env is None else f"{env}{key.upper()}" if env == ENV_PREFIX else f"{env}__{key.upper()}"
-            description = field.description or above.get(name) or examples.get(key, "")
+            description = code_description(model, name) or fallback.get(f"{model.__name__}.{name}", "")
             shown_env = f"`{own_env}`" if own_env is not None else env_note
             nested = _model_in(annotation)
             items = _list_model(annotation)
