@@ -322,6 +322,8 @@ class WorkerAgent:
     def _timeout(self) -> float:
         if self._state is WorkerState.DRAINING or self._suspended_since is not None:
             return 0.2
+        if self._published is not None and self._held() != self._published:
+            return 0.05  # revokes in progress: publish each one soon after it finished
         # Confirm the lease well within its validity, also when nothing happens.
         idle = min(self.config.worker.stats_interval_s, self._lease.valid_for_s / 3)
         return max(0.05, min(self._next_stats - time.monotonic(), idle))
@@ -370,11 +372,11 @@ class WorkerAgent:
         if self._state is WorkerState.DRAINING and not self._tasks and not assignment.of_worker(self.id):
             self._leave()
             return
+        held = self._held()
+        if held != self._published:
+            # A revoke has finished: let the partition go.
+            self._publish_holding(held)
         if time.monotonic() >= self._next_stats:
-            held = self._held()
-            if held != self._published:
-                # A revoke that outlived its timeout has finished: let the partition go.
-                self._publish_holding(held)
             self._publish_stats()
 
     def _restart_fenced(self, assignment: Assignment) -> None:
@@ -456,16 +458,21 @@ class WorkerAgent:
         log.info("started %d partitions (now %d): %s", len(tasks), len(self._tasks), describe_keys(tasks))
 
     def _release(self, keys: set[PartitionKey]) -> None:
+        """Start revoking ``keys`` and return at once: a partition stays announced as held
+        (see `_held`) until its copier finished the revoke, and each step publishes what is
+        still held. Waiting here would stall everything else the agent does, the lease among
+        them, for as long as a destination takes to answer."""
         tasks = {k: self._tasks[k] for k in keys if k in self._tasks}
         still: set[PartitionTask] = set()
         for route, batch in _by_route(tasks).items():
-            still |= self._copiers[route].revoke(batch, timeout_s=self.config.worker.revoke_timeout_s)
+            still |= self._copiers[route].revoke(batch, timeout_s=0)
         for key in keys:
             self._tasks.pop(key, None)
         if not self._session_lost:
-            # Partitions whose records are still in flight stay announced (see `_held`).
             self._publish_holding(self._held())
-        log.info("released %d partitions (now %d, %d still in flight)", len(tasks), len(self._tasks), len(still))
+        log.info(
+            "releasing %d partitions (now %d, %d still being handed over)", len(tasks), len(self._tasks), len(still)
+        )
 
     def _held(self) -> set[PartitionKey]:
         """What this worker may still write to: its tasks, and partitions still being revoked."""

@@ -46,6 +46,9 @@ REALTIME_BATCH = "realtime-batch"  # a batch route's caught-up partitions, in ba
 # The realtime batch pipeline's fetch gathering window (PipelineSettings.fetch_gather_ms): it
 # runs only while caught-up partitions bring thousands of records a second (realtime_copy: auto).
 GATHER_MS = 5
+# A revoke still waiting for the destination's answers this long is logged; the partition stays
+# held until every record in flight was acknowledged or failed.
+REVOKE_OVERDUE_S = 30.0
 
 CopyMode = Literal["record", "batch"]
 RealtimeCopy = Literal["record", "batch", "auto"]
@@ -222,17 +225,21 @@ class Copier(PartitionStarts):
         Returns the partitions whose records are still in flight after ``timeout_s`` (a stalled
         destination): they stay held (:meth:`assigned` lists them) until every record was
         acknowledged or failed (at most the producer's delivery timeout), because a new owner
-        starting earlier would write alongside them.
+        starting earlier would write alongside them. ``timeout_s=0`` starts the revokes and
+        returns at once (the worker's agent never waits: it publishes what it holds as revokes
+        finish); a revoke still waiting after ``REVOKE_OVERDUE_S`` is logged.
         """
-        deadline = time.monotonic() + timeout_s
+        now = time.monotonic()
+        deadline = now + timeout_s
+        overdue = now + max(timeout_s, REVOKE_OVERDUE_S)
         waiting: list[threading.Event] = []
         with self._lock:
             for task in tasks:
                 entry = self._entries.get(task)
                 if entry is None:
                     continue
-                if entry.revoke_deadline is None or entry.revoke_deadline > deadline:
-                    entry.revoke_deadline = deadline
+                if entry.revoke_deadline is None or entry.revoke_deadline > overdue:
+                    entry.revoke_deadline = overdue
                 waiting.append(entry.revoked)
         if not waiting:
             return set()
@@ -373,7 +380,7 @@ class Copier(PartitionStarts):
             entry.overdue_logged = True
             tracker = entry.state.tracker
             log.warning(
-                "revoke of %s: %d records still unacknowledged after the revoke timeout; holding the "
+                "revoke of %s: %d records still unacknowledged long after the revoke began; holding the "
                 "partition until the destination answers for each (a new owner must not write beside them)",
                 entry.state.task,
                 tracker.in_flight if tracker else 0,
