@@ -246,8 +246,18 @@ def config_keys() -> list[Key]:
     return keys
 
 
+def _text(text: str) -> str:
+    """Prose from the code as Markdown: `<...>` outside code spans kept as text (Markdown would
+    take `<prefix>` for an HTML tag)."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):
+        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts)
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text for a table cell: one line, pipes escaped."""
+    return _text(text.replace("|", "\\|").replace("\n", " "))
 
 
 def configuration_page() -> str:
@@ -330,7 +340,7 @@ def cli_commands() -> list[tuple[str, Any]]:
 
 def _help_text(command: Any) -> str:
     text = inspect.cleandoc(command.help or "")
-    return text.replace("\b\n", "").strip()
+    return _text(text.replace("\b\n", "").strip())
 
 
 def _default_shown(param: Any) -> str:
@@ -638,7 +648,7 @@ def acls_page() -> str:
             "which topics a route copies is decided at run time; every name Strait makes itself is",
             "matched by prefix.",
             "",
-            acls.markdown(),
+            "\n".join(_text(line) for line in acls.markdown().splitlines()),
         ]
     )
 
