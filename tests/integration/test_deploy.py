@@ -132,6 +132,27 @@ def test_the_chart_lints(tools: dict[str, str]) -> None:
         helm(tools, "lint", "--strict", str(CHART), *values_args(name))
 
 
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ("workerPools.VIP_1.replicas=1", "VIP_1"),  # a pool name that cannot name a StatefulSet
+        ("config.zookeeper.connect=zk:2181", "/config/zookeeper"),  # coordination is the chart's
+        ("secretEnv[0].name=SRC_PASSWORD", "secretName"),
+        ("logFormat=xml", "/logFormat"),
+    ],
+)
+def test_the_chart_refuses_values_it_cannot_deploy(tools: dict[str, str], setting: str, said: str) -> None:
+    done = subprocess.run(
+        [tools["helm"], "template", "strait", str(CHART), "--set", setting],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert said in done.stderr, done.stderr
+
+
 def test_every_manifest_is_valid_for_kubernetes(
     rendered: tuple[str, str, list[dict[str, Any]]], tools: dict[str, str], tmp_path: Path
 ) -> None:
