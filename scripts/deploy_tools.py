@@ -61,7 +61,7 @@ def _go_install(package: str, version: str, binary: str, ldflags: str = "") -> P
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as gobin:
-        env = {**os.environ, "GOBIN": gobin, "GOFLAGS": "-trimpath"}
+        env = {**os.environ, "GOBIN": gobin, "GOFLAGS": f"{os.environ.get('GOFLAGS', '')} -trimpath".strip()}
         command = ["nice", "-n", "10", find_go(), "install"]
         if ldflags:
             command += ["-ldflags", ldflags]
@@ -84,7 +84,12 @@ def helm() -> Path:
 
 
 def kubeconform() -> Path:
-    return _go_install(f"{KUBECONFORM_MODULE}/cmd/kubeconform", KUBECONFORM_VERSION, "kubeconform")
+    return _go_install(
+        f"{KUBECONFORM_MODULE}/cmd/kubeconform",
+        KUBECONFORM_VERSION,
+        "kubeconform",
+        ldflags=f"-X main.version={KUBECONFORM_VERSION}",
+    )
 
 
 def schemas() -> Path:
