@@ -313,12 +313,6 @@ def _profile_settings(profile: str) -> str:
     return ", ".join(f"`{key}={value}`" for key, value in profile_properties(profile).items())
 
 
-def _session_timeout() -> str:
-    from strait.config import ZookeeperConfig
-
-    return f"{ZookeeperConfig.model_fields['session_timeout_s'].default:g}"
-
-
 def _summary(results: dict[str, dict[str, Any]]) -> list[str]:
     """One line per scenario with its Strait / MM2 ratios, before the detail."""
     lines = []
@@ -397,8 +391,8 @@ def render_markdown(results: dict[str, dict[str, Any]], results_dir: Path | None
         "- **MirrorMaker 2, profile `tuned`** (`strait bench throughput --mm2-profile default,tuned`), what a careful "
         "operator would set for throughput on top of the above: " + _profile_settings("tuned") + ".",
         "- **Strait**: one controller and N worker processes (`python -m strait controller|worker`) from one YAML "
-        f"config, ZooKeeper session timeout {_session_timeout()} s (the default), topics added through the REST API "
-        "with `start: earliest`.",
+        "config with the configuration's default session timeout, topics added through the REST API with "
+        "`start: earliest`.",
         "",
     ]
     lines += [
