@@ -7,9 +7,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kazoo.client import KazooClient
 
 from strait.config import parse_config
@@ -448,3 +450,45 @@ def test_the_kafka_store_needs_only_the_coordinator_acls(secure_sandbox: Sandbox
     finally:
         leader.close()
         worker.close()
+
+
+def test_a_stopped_fleets_topics_move_from_zookeeper_to_kafka(sandbox: Sandbox, root: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from strait.cli.main import app
+
+    config = tmp_path / "strait.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "coordination": coordination(sandbox, "zookeeper", root, 3),
+                "clusters": {"src": sandbox.clusters["src"].props(), "dst": sandbox.clusters["dst"].props()},
+                "routes": [{"name": "main", "source": "src", "destination": "dst"}],
+            }
+        )
+    )
+    prefix = f"__strait{root.replace('/', '.')}"
+    migrate = ["coordination", "migrate", "--config", str(config), "--cluster", "dst", "--prefix", prefix]
+    old = connect(connect=sandbox.zookeeper, root=root, session_timeout_s=3)
+    try:
+        old.create_topic(TopicSpec(route="main", topic="a", destination_topic="a-copy", start="latest", partitions=4))
+        old.create_topic(TopicSpec(route="main", topic="b", destination_topic="b", origin="pattern", partitions=2))
+        old.delete_topic("main", "c")
+        old.register_worker(WorkerRecord(id="w1", state=WorkerState.ACTIVE))
+        refused = CliRunner().invoke(app, migrate)
+        assert refused.exit_code == 1 and "stop the fleet first: workers w1 are live" in refused.output
+        old.deregister_worker(WorkerRecord(id="w1", state=WorkerState.LEFT))
+        specs = old.topics()
+    finally:
+        old.close()
+    moved = CliRunner().invoke(app, migrate)
+    assert moved.exit_code == 0, moved.output
+    assert "2 topics, 1 removal marks to move" in moved.output and f"prefix: {prefix}" in moved.output
+    new = connect_kafka(props=sandbox.clusters["dst"].props(), prefix=prefix, session_timeout_s=3)
+    try:
+        assert new.topics() == specs
+        assert new.snapshot().removed == {("main", "c")}
+    finally:
+        new.close()
+    again = CliRunner().invoke(app, migrate)
+    assert again.exit_code == 0 and "0 topics, 0 removal marks to move; 2 already there" in again.output

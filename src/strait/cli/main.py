@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import typer
 
-from strait.cli import balance, bench, controller, demo, failover, sandbox, status, topics, worker, workers
+from strait.cli import (
+    balance,
+    bench,
+    controller,
+    coordination,
+    demo,
+    failover,
+    sandbox,
+    status,
+    topics,
+    worker,
+    workers,
+)
 from strait.cli.version import package_version, version_line
 
 __all__ = ["app", "main", "package_version"]
@@ -45,6 +57,7 @@ app.command("status")(status.status)
 app.command("failover")(failover.failover)
 app.add_typer(balance.app, name="balance")
 app.add_typer(bench.app, name="bench")
+app.add_typer(coordination.app, name="coordination")
 
 
 def main() -> None:

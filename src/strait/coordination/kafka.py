@@ -7,8 +7,6 @@ reader into views (strait.coordination.views); a watch is a callback on a change
                                                  the leader's transactional producer
                      topic/<route>/<topic>       TopicSpec
                      removed/<route>/<topic>     marker: patterns must not re-add this topic
-                     known/<id>                  last lifecycle state, pool and time of a worker
-                     drain/<id>                  drain request
                      assignment                  manifest {"gen", "partitions", "workers"}; gen is
                                                  the compare-and-set version
                      assignment/worker/<id>[/i]  {"gen", "more", "p": encode_keys ranges}, split
@@ -16,13 +14,18 @@ reader into views (strait.coordination.views); a watch is a callback on a change
     <prefix>.live    leader/<session>            {"term"}: a leader's heartbeat
                      worker/<id>                 WorkerRecord + "session": the worker's heartbeat
                      stats/<id>                  copy statistics (strait.coordination.stats)
+                     known/<id>                  last lifecycle state, pool and time of a worker
+                     drain/<id>                  drain request
 
-Leadership and fencing: every leader write (the leader record, assignments, the leader's topic
-changes) is a transaction of one producer whose `transactional.id` is
-`strait-coordination.<prefix>.leader`. A new
-leader's `init_transactions` fences the previous holder's epoch, so a deposed or frozen leader's
-later commit is refused by the broker, whatever it believes; the state topic is read
-`read_committed`, so a refused or aborted write is never seen by anyone.
+The live topic is never written in a transaction: a leader frozen inside one holds back the
+state topic's readers (read_committed stops at its first record) until the next leader's
+`init_transactions` aborts it, and that must not hide any worker's heartbeat or record.
+
+Leadership and fencing: every leader write to the state topic (the leader record, assignments,
+the leader's topic changes) is a transaction of one producer whose `transactional.id` is
+`strait-coordination.<prefix>.leader`. A new leader's `init_transactions` fences the previous
+holder's epoch, so a deposed or frozen leader's later commit is refused by the broker, whatever
+it believes; the topics are read `read_committed`, so a refused or aborted write is never seen.
 
 Liveness: heartbeat records, judged by the reader's own clock (a heartbeat counts from when the
 reader read it, so writers' clocks do not matter once the reader has caught up). A writer
@@ -77,6 +80,8 @@ log = logging.getLogger(__name__)
 CHUNK_BYTES = 256 * 1024
 _TORN_READ_TRIES = 20
 _UNOWNED = "unowned"
+# Keys of the live topic; every other key is in the state topic.
+_LIVE_KEYS = ("leader/", "worker/", "stats/", "known/", "drain/")
 # Names of the transactional id and the group, under one prefix the ACLs grant.
 NAME_PREFIX = "strait-coordination"
 
@@ -348,10 +353,8 @@ class KafkaStore:
     def _notify(self, changed: set[tuple[str, str]], liveness_changed: bool) -> None:
         state_keys = {k for t, k in changed if t == self._state_topic}
         live_keys = {k for t, k in changed if t == self._live_topic}
-        cluster = liveness_changed or any(
-            k == "leader" or k.startswith(("topic/", "drain/", "known/")) for k in state_keys
-        )
-        cluster = cluster or any(k.startswith(("worker/", "leader/")) for k in live_keys)
+        cluster = liveness_changed or any(k == "leader" or k.startswith("topic/") for k in state_keys)
+        cluster = cluster or any(k.startswith(("worker/", "leader/", "drain/", "known/")) for k in live_keys)
         if cluster:
             for callback in list(self._cluster_watches):
                 self._call_watch(callback)
@@ -362,8 +365,8 @@ class KafkaStore:
             if assignment_key(worker_id) in state_keys:
                 self._call_watch(on_worker, Assignment())
         for worker_id, on_drain in list(self._drain_watches):
-            if f"drain/{worker_id}" in state_keys:
-                self._call_watch(on_drain, self._view(self._state_topic).get(f"drain/{worker_id}") is not None)
+            if f"drain/{worker_id}" in live_keys:
+                self._call_watch(on_drain, self._view(self._live_topic).get(f"drain/{worker_id}") is not None)
 
     def _call_watch(self, callback: Callable[..., Any], *args: Any) -> None:
         self._events.put((callback, args))
@@ -436,17 +439,25 @@ class KafkaStore:
         if left:
             raise StoreUnavailable(f"coordinating Kafka cluster unavailable: {left} records not acknowledged")
 
-    def _write_state(self, records: Iterable[tuple[str, Mapping[str, Any] | None]]) -> None:
-        """State writes anyone may make (topics by the API, drain requests, known workers);
-        through the leader's transaction while this store leads, so a deposed leader's are refused."""
+    def _topic_of(self, key: str) -> str:
+        return self._live_topic if key.startswith(_LIVE_KEYS) else self._state_topic
+
+    def _write(self, records: Iterable[tuple[str, Mapping[str, Any] | None]]) -> None:
+        """Writes anyone may make (topics by the API, drain requests, known workers). State keys go
+        through the leader's transaction while this store leads, so a deposed leader's are refused;
+        the live topic is never written in a transaction, whose markers a frozen leader could hold
+        back from every reader."""
         records = list(records)
-        if self._leading is not None:
-            if not self._commit(records):
+        state = [(k, v) for k, v in records if self._topic_of(k) == self._state_topic]
+        if state and self._leading is not None:
+            if not self._commit(state):
                 raise StoreUnavailable("this controller's leadership ended: its write is refused")
-            self._sync()
-            return
-        for key, value in records:
+            state = []
+        for key, value in state:
             self._produce(self._state_topic, key, value)
+        for key, value in records:
+            if self._topic_of(key) == self._live_topic:
+                self._produce(self._live_topic, key, value)
         self._flush()
         self._sync()
 
@@ -572,9 +583,9 @@ class KafkaStore:
                 for route, topic, entry in _route_topics(state, "topic/")
             }
             removed = frozenset((route, topic) for route, topic, _ in _route_topics(state, "removed/"))
-            drains = {worker_id for worker_id, _ in state.under("drain/")}
+            drains = {worker_id for worker_id, _ in live.under("drain/")}
             workers: dict[str, WorkerRecord] = {}
-            for worker_id, entry in state.under("known/"):
+            for worker_id, entry in live.under("known/"):
                 known = entry.value
                 gone = WorkerState.LEFT if known.get("state") == WorkerState.LEFT.value else WorkerState.DEAD
                 workers[worker_id] = WorkerRecord(
@@ -634,7 +645,7 @@ class KafkaStore:
         if existing is not None:
             return TopicSpec.from_json(spec.route, spec.topic, existing)
         # An explicit add lifts the "removed" mark, so patterns may pick the topic up again.
-        self._write_state(
+        self._write(
             [(f"topic/{spec.route}/{spec.topic}", spec.to_json()), (f"removed/{spec.route}/{spec.topic}", None)]
         )
         return None
@@ -643,16 +654,16 @@ class KafkaStore:
         self._sync()
         if self._view(self._state_topic).get(f"topic/{spec.route}/{spec.topic}") is None:
             return  # removed meanwhile: the removal wins
-        self._write_state([(f"topic/{spec.route}/{spec.topic}", spec.to_json())])
+        self._write([(f"topic/{spec.route}/{spec.topic}", spec.to_json())])
 
     def delete_topic(self, route: str, topic: str) -> bool:
         self._sync()
         existed = self._view(self._state_topic).get(f"topic/{route}/{topic}") is not None
-        self._write_state([(f"removed/{route}/{topic}", {}), (f"topic/{route}/{topic}", None)])
+        self._write([(f"removed/{route}/{topic}", {}), (f"topic/{route}/{topic}", None)])
         return existed
 
     def request_drain(self, worker_id: str) -> None:
-        self._write_state([(f"drain/{worker_id}", {})])
+        self._write([(f"drain/{worker_id}", {})])
 
     def forget_worker(self, worker_id: str) -> None:
         self._sync()
@@ -665,7 +676,7 @@ class KafkaStore:
         head = self._view(self._state_topic).get(assignment_key(worker_id))
         if self.holds_leadership() and head is not None and not head.get("p") and not head.get("more"):
             records.insert(0, (assignment_key(worker_id), None))
-        self._write_state(records)
+        self._write(records)
 
     # --- worker --------------------------------------------------------------------------
     def _worker_value(self, record: WorkerRecord) -> dict[str, Any]:
@@ -697,7 +708,7 @@ class KafkaStore:
         self._owned.pop(record.id, None)
         for key in (f"worker/{record.id}", f"stats/{record.id}"):
             self._produce(self._live_topic, key, None)
-        self._write_state([(f"known/{record.id}", self._known_value(record)), (f"drain/{record.id}", None)])
+        self._write([(f"known/{record.id}", self._known_value(record)), (f"drain/{record.id}", None)])
 
     def _known_value(self, record: WorkerRecord) -> dict[str, Any]:
         return {
@@ -709,7 +720,7 @@ class KafkaStore:
         }
 
     def _write_known(self, record: WorkerRecord) -> None:
-        self._write_state([(f"known/{record.id}", self._known_value(record))])
+        self._write([(f"known/{record.id}", self._known_value(record))])
 
     def publish_stats(self, worker_id: str, stats: Mapping[str, Any]) -> None:
         self._produce(self._live_topic, f"stats/{worker_id}", stats)
@@ -788,16 +799,16 @@ class KafkaStore:
     def watch_drain(self, worker_id: str, on_change: Callable[[bool], None]) -> None:
         with self._cond:
             self._drain_watches.append((worker_id, on_change))
-        on_change(self._view(self._state_topic).get(f"drain/{worker_id}") is not None)
+        on_change(self._view(self._live_topic).get(f"drain/{worker_id}") is not None)
 
     def drain_requested(self, worker_id: str) -> bool:
         self._sync()
-        return self._view(self._state_topic).get(f"drain/{worker_id}") is not None
+        return self._view(self._live_topic).get(f"drain/{worker_id}") is not None
 
     def clear_drain_request(self, worker_id: str) -> None:
         self._sync()
-        if self._view(self._state_topic).get(f"drain/{worker_id}") is not None:
-            self._write_state([(f"drain/{worker_id}", None)])
+        if self._view(self._live_topic).get(f"drain/{worker_id}") is not None:
+            self._write([(f"drain/{worker_id}", None)])
 
 
 def _route_topics(view: View, prefix: str) -> list[tuple[str, str, Any]]:
