@@ -11,8 +11,8 @@
   the sandbox's clusters (host network, 127.0.0.1 only).
 
 helm and kubeconform are built by scripts/deploy_tools.py into ~/.cache/strait/tools on the first
-run (about three minutes on two cores), the image by deploy/image/build.sh (about a minute and a
-half without its base, which it keeps). Outside CI a missing tool skips its tests with the reason;
+run (about three minutes on two cores), the image by deploy/image/build.sh (about 40 s on a quiet
+machine, its Debian base included). Outside CI a missing tool skips its tests with the reason;
 in CI it fails them.
 """
 
