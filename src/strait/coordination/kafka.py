@@ -50,7 +50,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
@@ -140,12 +139,6 @@ def assignment_records(
     return records
 
 
-@dataclass
-class _Leading:
-    term: int
-    info: LeaderInfo
-
-
 class KafkaStore:
     """`CoordinationStore` on a Kafka cluster (see the module docstring for the layout)."""
 
@@ -157,7 +150,6 @@ class KafkaStore:
         session_timeout_s: float = 4.0,
     ) -> None:
         self._props = dict(props)
-        self._prefix = prefix
         self._timeout_s = session_timeout_s
         self._state_topic = f"{prefix}.state"
         self._live_topic = f"{prefix}.live"
@@ -180,7 +172,7 @@ class KafkaStore:
         self._drain_watches: list[tuple[str, Callable[[bool], None]]] = []
         self._live_seen: frozenset[str] = frozenset()
         self._owned: dict[str, WorkerRecord] = {}  # worker records this store heartbeats
-        self._leading: _Leading | None = None
+        self._leading: int | None = None  # the term this store leads in, while it believes it leads
         self._leader_producer: Any = None
         self._write_lock = threading.Lock()  # one leader transaction at a time
         self._last_ok = time.monotonic()
@@ -306,9 +298,9 @@ class KafkaStore:
     def _beat(self) -> None:
         if self._state is SessionState.LOST:
             return  # a new session starts with the next successful round trip
-        leading = self._leading
-        if leading is not None and self._leads_in_view():
-            self._produce(self._live_topic, f"leader/{self._session}", {"term": leading.term})
+        term = self._leading
+        if term is not None and self._leads_in_view():
+            self._produce(self._live_topic, f"leader/{self._session}", {"term": term})
         for record in list(self._owned.values()):
             self._produce(self._live_topic, f"worker/{record.id}", self._worker_value(record))
         self._flush(self._timeout_s / 4)
@@ -511,7 +503,7 @@ class KafkaStore:
         ours = current.get("session") == self._session and not current.get("released")
         if ours and self._leader_producer is not None:
             # Ours from before a brief doubt: no one else has written a leader record since.
-            self._leading = _Leading(int(current.get("term", 0)), leader)
+            self._leading = int(current.get("term", 0))
             return True
         if not current.get("released") and current and self._leader_alive(current):
             return False
@@ -530,7 +522,7 @@ class KafkaStore:
                     producer.close()
                 raise StoreUnavailable(f"cannot take the leader's transactional id: {exc}") from exc
             self._leader_producer = producer
-        self._leading = _Leading(term, leader)
+        self._leading = term
         record = {"id": leader.id, "api_url": leader.api_url, "term": term, "session": self._session}
         if not self._commit([("leader", record)]):
             return False
@@ -557,11 +549,11 @@ class KafkaStore:
         return LeaderInfo(id=str(record.get("id", "")), api_url=str(record.get("api_url", "")))
 
     def release_leadership(self) -> None:
-        leading = self._leading
-        if leading is None:
+        term = self._leading
+        if term is None:
             return
         with contextlib.suppress(StoreUnavailable):
-            if self._commit([("leader", {"term": leading.term, "released": True})]):
+            if self._commit([("leader", {"term": term, "released": True})]):
                 self._sync()
         self._leading = None
         self._drop_leader_producer()
