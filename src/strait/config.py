@@ -5,8 +5,9 @@ no node can drift from the others (MirrorMaker's per-node whitelists did). Topic
 in the file: they live in the coordination store (ZooKeeper or a Kafka cluster) and change
 through the controller's REST API.
 
-Environment variables override the file (read by pydantic-settings): ``STRAIT_ZOOKEEPER__CONNECT=host:2181`` sets
-``zookeeper.connect``; a double underscore separates levels. Values are
+Environment variables override the file (read by pydantic-settings):
+``STRAIT_COORDINATION__ZOOKEEPER__CONNECT=host:2181`` sets ``coordination.zookeeper.connect``; a
+double underscore separates levels. Values are
 text converted to the key's type, so ``STRAIT_CONTROLLER__REFRESH_INTERVAL_S=2`` is a
 number; ``null`` unsets an optional value.
 

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from strait import config as config_module
 from strait.config import ConfigError, parse_config
 from strait.coordination.kafka import CHUNK_BYTES, assignment_key, assignment_records
 from strait.coordination.model import PartitionKey, SessionState, decode_keys
@@ -129,10 +130,16 @@ def test_the_coordination_section_names_one_store() -> None:
     assert default.coordination.kafka is not None and default.coordination.kafka.cluster == "src"
 
 
-def test_the_old_top_level_zookeeper_section_still_reads(caplog: pytest.LogCaptureFixture) -> None:
-    config = parse_config({**ROUTE, "zookeeper": {"connect": "zk:2181", "root": "/x"}}, {})
+def test_the_old_top_level_zookeeper_section_still_reads_with_one_warning(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(config_module, "_legacy_zookeeper_warned", False)
+    for _ in range(2):
+        config = parse_config({**ROUTE, "zookeeper": {"connect": "zk:2181", "root": "/x"}}, {})
     assert config.coordination.zookeeper is not None and config.coordination.zookeeper.root == "/x"
     assert config.zookeeper.connect == "zk:2181"
+    warnings = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    assert warnings == ["the top-level zookeeper section is deprecated: write it as coordination: {zookeeper: {...}}"]
 
 
 @pytest.mark.parametrize(
