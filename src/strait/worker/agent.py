@@ -369,7 +369,9 @@ class WorkerAgent:
         self._apply(assignment)
         if self._state is WorkerState.JOINING:
             self._set_state(WorkerState.ACTIVE)
-        if self._state is WorkerState.DRAINING and not self._tasks and not assignment.of_worker(self.id):
+        if self._state is WorkerState.DRAINING and not self._held() and not assignment.of_worker(self.id):
+            # Not before every revoke finished: leaving ends the registration, and with it the
+            # holding that keeps a new owner from starting before our last checkpoint.
             self._leave()
             return
         held = self._held()
@@ -571,12 +573,12 @@ class WorkerAgent:
 
     def _shutdown(self) -> None:
         self._watchdog.stop()
-        self._keeper.stop()
         for copier in self._copiers.values():
             try:
                 copier.stop(drain=True, timeout_s=self.config.worker.revoke_timeout_s)
             except Exception:
                 log.exception("copier did not stop cleanly")
+        self._keeper.stop()  # after the copiers: their final commits need a confirmed lease
         self.store.close()
 
 
