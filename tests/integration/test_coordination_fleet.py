@@ -136,3 +136,39 @@ def test_kill_9_of_the_leader_controller_with_a_standby(
         "kafka_store_leader_kill9", dst, topic, generator.produced(topic), record_property, {"failover_s": failover_s}
     )
     check("kafka_store_leader_kill9_new_topic", dst, later, generator.produced(later), record_property)
+
+
+def test_a_frozen_leader_is_replaced_and_stands_down_when_it_wakes(
+    clusters: tuple[Props, Props], make_fleet: FleetFactory, record_property: Callable[[str, object], None]
+) -> None:
+    src, dst = clusters
+    topic, later = f"kfrozen-{uid()}", f"kthawed-{uid()}"
+    create_topic(src, topic, PARTITIONS)
+    create_topic(src, later, 2)
+    fleet = make_fleet()
+    fleet.start_controller("c1")
+    assert wait_until(lambda: fleet.leader() == "c1", 30)
+    _start(fleet, ["w1", "w2"], controllers=("c2",))
+    with load(src, {topic: PARTITIONS, later: 2}, RATE) as generator:
+        _replicate(fleet, dst, topic)
+        fleet.signal("c1", signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            assert wait_until(lambda: fleet.leader() == "c2", 30, interval_s=0.1)
+            failover_s = time.monotonic() - stopped
+            fleet.api("c2").add_topic(later)
+            all_flowing(dst, later, 2)
+        finally:
+            fleet.signal("c1", signal.SIGCONT)
+        # Awake, c1 finds the leader record is c2's (its own transactions fenced): it stands by.
+        assert wait_until(lambda: fleet.api("c1").call("GET", "/health")["leader"] is False, 30)
+        assert fleet.leader() == "c2"
+        moved = [p for p, w in owners(fleet, topic).items() if w == "w1"]
+        fleet.signal("w1", signal.SIGKILL)  # c2 still acts
+        assert wait_until(lambda: set(owners(fleet, topic).values()) == {"w2"}, 30, interval_s=0.1)
+        flowing(dst, topic, moved, PARTITIONS, 30)
+        time.sleep(1)
+    check(
+        "kafka_store_frozen_leader", dst, topic, generator.produced(topic), record_property, {"failover_s": failover_s}
+    )
+    check("kafka_store_frozen_leader_new_topic", dst, later, generator.produced(later), record_property)
