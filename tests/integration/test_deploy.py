@@ -9,6 +9,9 @@
   level of 2.0 of `systemd-analyze security`.
 - The container image (deploy/image) runs a controller and a worker that copy records between
   the sandbox's clusters (host network, 127.0.0.1 only).
+- The units run Strait under systemd itself: a container booting Debian's systemd, with the
+  image's /opt/strait, starts both units with all their hardening, copies records, and a stopped
+  worker drains and exits cleanly.
 
 helm and kubeconform are built by scripts/deploy_tools.py into ~/.cache/strait/tools on the first
 run (about three minutes on two cores), the image by deploy/image/build.sh (about 40 s on a quiet
@@ -327,22 +330,34 @@ def test_the_systemd_command_lines_are_ones_strait_accepts(units: Path) -> None:
 # --- container image -----------------------------------------------------------------------
 
 
-def podman_run_args() -> list[str]:
-    """What `podman run` needs on this kind of machine: runc (crun refuses hybrid cgroups), limits
-    within the caller's own (raising them needs CAP_SYS_RESOURCE), and the host's network."""
+def podman_limits() -> list[str]:
+    """What podman needs on this kind of machine: runc (crun refuses hybrid cgroups), and limits
+    within the caller's own (raising them needs CAP_SYS_RESOURCE)."""
     import resource
 
     nofile = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 65536)
-    return [
-        "--runtime",
-        "runc",
-        "--ulimit",
-        f"nofile={nofile}:{nofile}",
-        "--ulimit",
-        "nproc=4096:4096",
-        "--network",
-        "host",
-    ]
+    return ["--runtime", "runc", "--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", "nproc=4096:4096"]
+
+
+def podman_run_args() -> list[str]:
+    """`podman run` options of every container here: the host's network, on 127.0.0.1 only."""
+    return [*podman_limits(), "--network", "host"]
+
+
+def add_topic(port: int, topic: str, timeout_s: float = 60) -> None:
+    """Add `topic` to route main, asking again while the source's metadata does not list it yet."""
+    api = ControllerClient(f"http://127.0.0.1:{port}", timeout_s=30)
+    errors: list[str] = []
+
+    def add() -> bool:
+        try:
+            api.add_topic(topic, route="main")
+        except ApiError as exc:
+            errors.append(str(exc))
+            return False
+        return True
+
+    assert wait_until(add, timeout_s), errors[-3:]
 
 
 @pytest.fixture(scope="module")
@@ -420,20 +435,150 @@ def test_the_image_runs_a_controller_and_a_worker(
     for i in range(200):
         producer.produce(topic, key=str(i).encode(), value=b"x" * 100, partition=i % 2)
     assert producer.flush(30) == 0
-    adder = ControllerClient(f"http://127.0.0.1:{port}", timeout_s=30)
-    errors: list[str] = []
-
-    def add() -> bool:
-        try:
-            adder.add_topic(topic, route="main")
-        except ApiError as exc:  # 404 while the source's metadata does not list it yet
-            errors.append(str(exc))
-            return False
-        return True
-
-    assert wait_until(add, 60), f"{errors[-3:]}\n{logs()}"
+    add_topic(port, topic)
     assert wait_until(lambda: sum(copied_counts(dst, topic, 2).values()) >= 200, 120), logs()
     assert copied_counts(dst, topic, 2) == {0: 100, 1: 100}
     for name in containers_started:  # the image's own user, not root
         uid = subprocess.run(["podman", "exec", name, "id", "-u"], capture_output=True, text=True, check=False)
         assert uid.stdout.strip() == "10001", uid.stderr
+
+
+# --- the units under systemd -----------------------------------------------------------------
+
+SYSTEMD_BASE = "localhost/strait-systemd-base:bookworm"
+
+
+def debian_mirror() -> str:
+    """This machine's Debian mirror, as deploy/image/build.sh uses it."""
+    sources = Path("/etc/apt/sources.list.d/debian.sources")
+    if sources.is_file():
+        for line in sources.read_text().splitlines():
+            if line.startswith("URIs:"):
+                return line.split()[1]
+    return "http://deb.debian.org/debian"
+
+
+@pytest.fixture(scope="module")
+def systemd_image(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Debian with systemd as its init, the image's /opt/strait and the units installed."""
+    work = tmp_path_factory.mktemp("systemd-image")
+    exists = subprocess.run(["podman", "image", "exists", SYSTEMD_BASE], capture_output=True, check=False)
+    if exists.returncode != 0:  # made once and kept, like the image's own base
+        rootfs = work / "rootfs.tar"
+        packages = "systemd,systemd-sysv,python3,python3-venv,ca-certificates"
+        mmdebstrap = ["nice", "-n", "10", "mmdebstrap", "--variant=essential", "--mode=root", "--quiet"]
+        subprocess.run(
+            [*mmdebstrap, f"--include={packages}", "bookworm", str(rootfs), debian_mirror()],
+            capture_output=True,
+            check=True,
+            timeout=900,
+        )
+        subprocess.run(["podman", "import", str(rootfs), SYSTEMD_BASE], capture_output=True, check=True)
+        rootfs.unlink()
+    for unit in UNITS.glob("*.service"):
+        shutil.copy(unit, work / unit.name)
+    (work / "Containerfile").write_text(
+        f"FROM {image} AS strait\n"
+        f"FROM {SYSTEMD_BASE}\n"
+        "COPY --from=strait /opt/strait /opt/strait\n"
+        "COPY strait-controller.service strait-worker@.service /etc/systemd/system/\n"
+        'RUN echo "strait:x:10001:10001:Strait:/var/lib/strait:/usr/sbin/nologin" >> /etc/passwd'
+        ' && echo "strait:x:10001:" >> /etc/group\n'
+        'CMD ["/sbin/init"]\n'
+    )
+    tag = "localhost/strait-systemd-check:test"
+    done = subprocess.run(
+        ["podman", "build", "--pull=never", "--network", "none", *podman_limits(), "-t", tag, str(work)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    yield tag
+    subprocess.run(["podman", "rmi", tag], capture_output=True, check=False)
+
+
+def test_the_units_run_strait_under_systemd(
+    systemd_image: str, sandbox: Sandbox, tmp_path: Path, containers_started: list[str]
+) -> None:
+    from strait.controller.server import free_port
+
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    port = free_port()
+    config = {
+        "coordination": {"zookeeper": {"connect": sandbox.zookeeper, "root": f"/strait-units-{uuid.uuid4().hex[:8]}"}},
+        "clusters": {"src": dict(src), "dst": {**dst, "client.id": "${env:DST_CLIENT_ID}"}},
+        "routes": [{"name": "main", "source": "src", "destination": "dst"}],
+        "controller": {"listen": f"127.0.0.1:{port}", "refresh_interval_s": 1},
+        "worker": {"commit_interval_s": 0.5, "stats_interval_s": 1},
+    }
+    etc = tmp_path / "etc"
+    etc.mkdir(mode=0o755)
+    (etc / "strait.yaml").write_text(yaml.safe_dump(config))
+    (etc / "strait.yaml").chmod(0o644)
+    # Root's alone: systemd reads it before dropping to the strait user, who could not.
+    (etc / "strait.env").write_text("DST_CLIENT_ID=strait-under-systemd\n")
+    (etc / "strait.env").chmod(0o600)
+    name = f"strait-test-systemd-{uuid.uuid4().hex[:6]}"
+    run = ["podman", "run", "--detach", "--systemd=always", *podman_run_args(), "--volume", f"{etc}:/etc/strait:ro"]
+    done = subprocess.run(
+        [*run, "--name", name, systemd_image],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    containers_started.append(name)
+
+    def systemctl(*args: str) -> str:
+        return subprocess.run(
+            ["podman", "exec", name, "systemctl", *args], capture_output=True, text=True, timeout=120, check=False
+        ).stdout.strip()
+
+    def journal() -> str:
+        return subprocess.run(
+            ["podman", "exec", name, "journalctl", "--no-pager", "-o", "cat", "-n", "60"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+
+    assert wait_until(lambda: systemctl("is-system-running") in ("running", "degraded"), 60), journal()
+    systemctl("start", "strait-controller.service", "strait-worker@w1.service")
+    api = ControllerClient(f"http://127.0.0.1:{port}", timeout_s=5)
+    assert wait_until(lambda: api.call("GET", "/health")["leader"], 60), journal()
+    assert wait_until(lambda: [w["id"] for w in api.call("GET", "/workers")] == ["w1"], 60), journal()
+
+    # The worker runs as the strait user, without capabilities, under a system call filter.
+    pid = systemctl("show", "--property=MainPID", "--value", "strait-worker@w1.service")
+    status = subprocess.run(
+        ["podman", "exec", name, "cat", f"/proc/{pid}/status"], capture_output=True, text=True, check=True
+    ).stdout
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    assert fields["Uid"].split()[0] == "10001"
+    assert int(fields["CapEff"], 16) == 0
+    assert fields["NoNewPrivs"].strip() == "1"
+    assert fields["Seccomp"].strip() == "2"
+
+    topic = f"units-{uuid.uuid4().hex[:6]}"
+    create_topic(src, topic, 2)
+    producer = clients.producer(src)
+    for i in range(200):
+        producer.produce(topic, value=b"x" * 100, partition=i % 2)
+    assert producer.flush(30) == 0
+    add_topic(port, topic)
+    assert wait_until(lambda: sum(copied_counts(dst, topic, 2).values()) >= 200, 120), journal()
+    assert copied_counts(dst, topic, 2) == {0: 100, 1: 100}
+
+    # systemctl stop drains the worker: it leaves cleanly and is not restarted.
+    systemctl("stop", "strait-worker@w1.service")
+    shown = systemctl("show", "--property=Result,ExecMainStatus,NRestarts", "strait-worker@w1.service")
+    # Status 0: the worker exited after its drain (a signal would show as its number).
+    assert dict(line.split("=", 1) for line in shown.splitlines()) == {
+        "Result": "success",
+        "ExecMainStatus": "0",
+        "NRestarts": "0",
+    }, journal()
+    assert systemctl("is-active", "strait-controller.service") == "active", journal()
