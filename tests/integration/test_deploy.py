@@ -253,6 +253,8 @@ def test_the_rendered_configuration_loads_in_strait(
         else:  # coordination on the destination cluster: no ZooKeeper to run
             assert config.coordination.kafka is not None
             assert config.coordination.kafka.cluster == "dst"
+        # `strait topics ... --config` in a controller pod reaches the API on the pod's loopback.
+        assert config.controller.listen == "127.0.0.1:9000"
         if container["name"] == "worker":
             assert config.observability.worker_metrics_listen == f"{POD_IP}:9100"
     if name == "production":

@@ -49,7 +49,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 The configuration file: .Values.config with the keys the chart manages set from its Secrets.
 */}}
 {{- define "strait.config" -}}
-{{- $controller := dict }}
+{{- /* Where `strait ... --config` run inside a controller pod finds the API; the controller
+itself listens on every address (--listen). */}}
+{{- $controller := dict "listen" (printf "127.0.0.1:%v" .Values.controller.port) }}
 {{- if .Values.apiToken.secretName }}
 {{- $_ := set $controller "api_token" (printf "${file:/etc/strait/api-token/%s}" .Values.apiToken.key) }}
 {{- end }}
@@ -66,9 +68,7 @@ The configuration file: .Values.config with the keys the chart manages set from 
 {{- else }}
 {{- $_ := set $managed "coordination" (dict "zookeeper" .Values.coordination.zookeeper) }}
 {{- end }}
-{{- if $controller }}
 {{- $_ := set $managed "controller" $controller }}
-{{- end }}
 {{- if .Values.metricsToken.secretName }}
 {{- $_ := set $managed "observability" (dict "metrics_token" (printf "${file:/etc/strait/metrics-token/%s}" .Values.metricsToken.key)) }}
 {{- end }}
