@@ -12,7 +12,6 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -32,11 +31,7 @@ def clusters(sandbox_factory: Callable[[SandboxSpec], Sandbox]) -> Sandbox:
     return sandbox_factory(SandboxSpec(clusters=("src", "dst"), brokers=3, log_dirs=1, startup_timeout_s=240))
 
 
-@pytest.mark.timeout(2400)  # a stalled first run is followed by a second (see _stalled_only)
-# Both delivery modes. The exactly-once short run stalled once in three on 2026-12-01 (before the
-# worker lease and the last-writer fencing); then it passed each time (twice on 2026-12-01 at
-# load averages above 100) and the 30-minute runs of seeds 1 and 2 had no duplicates. It stalled
-# again on 2026-12-02, and the at-least-once run on 2026-12-03 (nothing lost either time).
+@pytest.mark.timeout(1200)
 @pytest.mark.parametrize("delivery", ["at-least-once", "exactly-once"])
 def test_a_short_chaos_run_loses_nothing(
     clusters: Sandbox, tmp_path: Path, delivery: str, record_property: Callable[[str, object], None]
@@ -49,19 +44,6 @@ def test_a_short_chaos_run_loses_nothing(
     )
     result = run(options, workdir=tmp_path, sandbox=clusters)
     (tmp_path / "chaos.json").write_text(json.dumps(result, indent=1))  # kept with the logs for post-mortems
-    if _stalled_only(result, delivery):
-        # A liveness stall, not a safety failure: records not yet copied when the wait ran out,
-        # none lost, duplicated (exactly-once) or out of order. Known and open (2026-12-03, at
-        # load averages of 100-150: a worker's record pipeline fetched nothing after a session
-        # loss; after a fenced transactional producer's flush hung, a pipeline stopped releasing
-        # partitions). It gets one more run of the same schedule; anything that breaks safety
-        # fails at once, and a second stall fails.
-        print(f"\nCHAOS {delivery}: first run stalled ({result['failures']}, {result['catch_up']}); running again")
-        record_property(f"chaos_{delivery}_first_run_stalled", result["totals"]["not_yet_copied"])
-        again = tmp_path / "again"
-        again.mkdir()
-        result = run(options, workdir=again, sandbox=clusters)
-        (again / "chaos.json").write_text(json.dumps(result, indent=1))
     totals, injected = result["totals"], result["faults_injected"]
     print(
         f"\nCHAOS {delivery} seed {SEED}: produced={totals['produced']} checked={totals['checked']} "
@@ -84,13 +66,3 @@ def test_a_short_chaos_run_loses_nothing(
     missed = sorted(kind for kind in KINDS if injected.get(kind, 0) < 1)
     assert not missed, (f"never injected: {missed}", result["faults_skipped"], result["fault_errors"])
     assert sum(injected.values()) >= 15, injected
-
-
-def _stalled_only(result: dict[str, Any], delivery: str) -> bool:
-    """Whether a run failed only by records not yet copied (nothing lost, misrouted, out of order,
-    nor duplicated under exactly-once)."""
-    totals = result["totals"]
-    safe = totals["lost"] == 0 and totals["out_of_order"] == 0 and totals["misrouted"] == 0
-    if delivery == "exactly-once":
-        safe = safe and totals["duplicates"] == 0
-    return safe and totals["not_yet_copied"] > 0
