@@ -3,7 +3,7 @@
 - ``reference/configuration.md``: every key of the typed configuration (:class:`strait.config.StraitConfig`)
   with its type, default, constraints, environment variable and description (the field's
   ``description``, else the comment above the field, else the key's comment in the YAML example
-  of its class's or module's docstring, else ``scripts/config_descriptions.yaml``);
+  of its class's or module's docstring);
 - ``reference/cli.md``: every ``strait`` command and option, from the Typer app's click commands;
 - ``reference/rest-api.md`` and ``reference/openapi.json``: the controller's HTTP API, from the
   OpenAPI document of the FastAPI application a controller serves;
@@ -34,7 +34,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 ENV_PREFIX = "STRAIT_"
-FALLBACK_DESCRIPTIONS = Path(__file__).with_name("config_descriptions.yaml")
 
 
 # --- configuration -----------------------------------------------------------------------------
@@ -162,14 +161,6 @@ def _docstring_comments(*docs: str | None) -> dict[str, str]:
     return found
 
 
-def fallback_descriptions() -> dict[str, str]:
-    """``Model.field`` -> description, for fields the code does not describe."""
-    import yaml
-
-    found: dict[str, str] = yaml.safe_load(FALLBACK_DESCRIPTIONS.read_text()) or {}
-    return found
-
-
 def code_description(model: Any, name: str) -> str:
     """What the code says of a field: its ``description``, the comment above it, or its comment in
     a YAML example of its class's or module's docstring."""
@@ -206,7 +197,6 @@ def config_keys() -> list[Key]:
     from strait.config import StraitConfig
 
     keys: list[Key] = []
-    fallback = fallback_descriptions()
 
     def walk(model: Any, prefix: str, env: str | None, env_note: str) -> None:
         for name, field in model.model_fields.items():
@@ -214,7 +204,7 @@ def config_keys() -> list[Key]:
             path = f"{prefix}{key}"
             annotation = field.annotation
             own_env = None if env is None else f"{env}{key.upper()}" if env == ENV_PREFIX else f"{env}__{key.upper()}"
-            description = code_description(model, name) or fallback.get(f"{model.__name__}.{name}", "")
+            description = code_description(model, name)
             shown_env = f"`{own_env}`" if own_env is not None else env_note
             nested = _model_in(annotation)
             items = _list_model(annotation)

@@ -51,12 +51,19 @@ class _Model(BaseModel):
 class ZookeeperConfig(_Model):
     """Where the coordination state lives."""
 
-    connect: str = "127.0.0.1:2181"
-    root: str = "/strait"
+    connect: str = Field(
+        default="127.0.0.1:2181", description="ZooKeeper's connection string: comma-separated host:port pairs."
+    )
+    root: str = Field(
+        default="/strait",
+        description="The znode under which Strait keeps its state; fleets that share an ensemble need roots of "
+        "their own.",
+    )
     # How soon a dead worker's partitions move (the session expires this long after its last
     # heartbeat), and how long a live process may stall without being declared dead: 4 s had no
-    # false expiration under a 2 s SIGSTOP or a CPU hog on every core, 3 s had (README,
-    # "Failure detection"). The server must grant it: stock ZooKeeper's minimum is 2 x tickTime.
+    # false expiration under a 2 s SIGSTOP or a CPU hog on every core, 3 s had (the failure
+    # detection design page, docs/design/failure-detection.md). The server must grant it: stock
+    # ZooKeeper's minimum is 2 x tickTime.
     session_timeout_s: float = Field(default=4.0, gt=0)
 
     @field_validator("root")
@@ -70,7 +77,7 @@ class ZookeeperConfig(_Model):
 class KafkaCoordinationConfig(_Model):
     """Coordination on a Kafka cluster of `clusters:` (see strait.coordination.kafka)."""
 
-    cluster: str
+    cluster: str = Field(description="The cluster (a name under `clusters:`) whose topics hold the coordination state.")
     # Names the two coordination topics (<prefix>.state, <prefix>.live) and the leader's
     # transactional id (<prefix>-leader); fleets sharing a cluster need prefixes of their own.
     prefix: str = "__strait"
@@ -122,8 +129,16 @@ class GroupSyncConfig(_Model):
     # Source consumer groups whose names match (re.fullmatch) an include and no exclude pattern;
     # Strait's own groups are never synced.
     include: list[str] = Field(default_factory=lambda: [".*"])
-    exclude: list[str] = Field(default_factory=list)
-    interval_s: float = Field(default=5.0, gt=0, le=3600)
+    exclude: list[str] = Field(
+        default_factory=list,
+        description="Consumer groups (`re.fullmatch`) never synced, even when an include matches.",
+    )
+    interval_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="How often the leading controller translates and commits the groups' offsets.",
+    )
 
     @field_validator("include", "exclude")
     @classmethod
@@ -149,8 +164,15 @@ class NamingConfig(_Model):
     ``source_cluster``, ``destination_cluster``). A topic added through the API with its own
     ``destination_topic`` keeps that name."""
 
-    prefix: str | None = Field(default=None, min_length=1)
-    template: str | None = Field(default=None, min_length=1)
+    prefix: str | None = Field(
+        default=None, min_length=1, description="Destination topic name = this prefix + the source topic's name."
+    )
+    template: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Destination topic name from a template with the fields `topic` (required), `route`, "
+        '`source_cluster` and `destination_cluster`, such as "{source_cluster}.{topic}".',
+    )
 
     @field_validator("prefix")
     @classmethod
@@ -256,15 +278,30 @@ class RouteConfig(_Model):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    name: str
-    source: str
-    destination: str
-    include: list[str] = Field(default_factory=list)
-    exclude: list[str] = Field(default_factory=list)
-    replication_factor: int | None = Field(default=None, ge=1)
+    name: str = Field(
+        description="The route's name: 1-100 letters, digits, '.', '_' or '-'. It names the route's checkpoint "
+        "groups (`strait-<route>`, `strait.<route>`), its offset map topic and its transactional ids."
+    )
+    source: str = Field(description="The cluster (a name under `clusters:`) the route copies from.")
+    destination: str = Field(description="The cluster (a name under `clusters:`) the route copies to.")
+    include: list[str] = Field(
+        default_factory=list,
+        description="Regular expressions (`re.fullmatch`) of source topics the route picks up by itself; topics "
+        "can also be added through the API. Kafka-internal topics (`__*`) are never picked up by pattern.",
+    )
+    exclude: list[str] = Field(
+        default_factory=list,
+        description="Regular expressions (`re.fullmatch`) of source topics never picked up by pattern.",
+    )
+    replication_factor: int | None = Field(
+        default=None,
+        ge=1,
+        description="Replication factor of the destination topics Strait creates; unset, three where the "
+        "destination has three brokers or more, else one per broker.",
+    )
     # at-least-once: idempotent producer, checkpoints in the source group after acks (a killed
     # worker's successor may copy some records again). exactly-once: transactional producer,
-    # checkpoints committed inside the destination transaction (see README).
+    # checkpoints committed inside the destination transaction (docs/guides/exactly-once.md).
     delivery: Literal["at-least-once", "exactly-once"] = "at-least-once"
     # batch (the default): copy whole record batches without decompressing them
     # (strait.worker.batch) while a partition lags (catchup_lag_threshold below; record by record
@@ -287,14 +324,19 @@ class RouteConfig(_Model):
     # partition's small uncompressed batches merged into one, the partitions of one destination
     # broker sharing requests (the destination broker's CPU at 10,000 records/s over 8
     # partitions: ~27 % instead of ~46 %; the worker's own CPU at 1,000 records/s doubled: see
-    # README); small compressed batches still go record by record. auto (the default): batch
+    # docs/design/copy-modes.md); small compressed batches still go record by record. auto (the default): batch
     # while the route's caught-up partitions on a worker receive over 5,000 records/s together,
     # record below 2,500 (strait.worker.moves).
     realtime_copy: Literal["record", "batch", "auto"] = "auto"
     # exactly-once only: a transaction is committed at least this often (and sooner when
     # transaction_max_bytes were produced in it).
     transaction_interval_ms: int = Field(default=100, ge=10, le=60_000)
-    transaction_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    transaction_max_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1024,
+        description="Exactly-once only: a transaction is committed once this many bytes were produced in it, "
+        "before `transaction_interval_ms` is up.",
+    )
     # Publish which source offsets landed at which destination offsets (runs of consecutive
     # records) to `__strait_offsets.<route>` on the destination, for exact consumer failover.
     offset_map: bool = True
@@ -368,15 +410,16 @@ class RouteConfig(_Model):
 
 
 class TlsConfig(_Model):
-    """HTTPS for an endpoint Strait serves: its certificate and key (PEM files).
+    """HTTPS for an endpoint Strait serves: its certificate and key (PEM files), and the authority
+    Strait's own clients trust for it."""
 
-    ``ca`` is the certificate authority Strait's own clients (the CLI, workers calling the
-    controller) trust for it; without it they use the system's trust store.
-    """
-
-    cert: Path
-    key: Path
-    ca: Path | None = None
+    cert: Path = Field(description="The server certificate (PEM file).")
+    key: Path = Field(description="The server certificate's private key (PEM file).")
+    ca: Path | None = Field(
+        default=None,
+        description="The certificate authority Strait's own clients (the CLI, workers calling the controller) "
+        "trust for this endpoint; unset, the system's trust store.",
+    )
 
     @model_validator(mode="after")
     def _readable(self) -> TlsConfig:
@@ -394,9 +437,20 @@ class TlsConfig(_Model):
 class ControllerConfig(_Model):
     """The controller's REST API and control loop."""
 
-    listen: str = "127.0.0.1:9000"
-    api_token: str | None = None
-    refresh_interval_s: float = Field(default=10.0, gt=0)
+    listen: str = Field(
+        default="127.0.0.1:9000", description="host:port of the controller's REST API, dashboard and metrics."
+    )
+    api_token: str | None = Field(
+        default=None,
+        description="When set, calls that change something need `Authorization: Bearer <token>` (compared in "
+        "constant time). Reference it as a secret: `${file:/path}` or `${env:NAME}`.",
+    )
+    refresh_interval_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How often the leading controller lists the source clusters for topics its routes' patterns "
+        "match, and compares destination topic settings with the source's.",
+    )
     # Workers that left (or died) stay listed this long, then are forgotten.
     forget_left_workers_s: float = Field(default=3600.0, gt=0)
     # POST /topics/{topic} asks the source this long for a topic it does not know yet (one created
@@ -447,14 +501,33 @@ class BatchSharingConfig(_Model):
     ``STRAIT_BATCH_LATENCY_BUDGET_MS``.
     """
 
-    enabled: bool = True
-    pace: Literal["latency", "fixed"] = "latency"
-    fixed_mb_s: float = Field(default=32.0, gt=0)
-    start_mb_s: float = Field(default=8.0, gt=0)
-    floor_mb_s: float = Field(default=2.0, gt=0)
-    ceiling_mb_s: float = Field(default=64.0, gt=0)
-    latency_budget_ms: float | None = Field(default=None, gt=0)
-    budget_ratio: float = Field(default=2.0, gt=1)
+    enabled: bool = Field(
+        default=True,
+        description="Whether a batch pipeline draining a backlog shares the worker with the route's realtime "
+        "partitions (capped fetches, a 1 ms GIL switch interval, a paced fetch rate).",
+    )
+    pace: Literal["latency", "fixed"] = Field(
+        default="latency",
+        description="`latency`: the fetch rate follows the realtime partitions' p99; `fixed`: `fixed_mb_s`.",
+    )
+    fixed_mb_s: float = Field(default=32.0, gt=0, description="The fetch rate of `pace: fixed`, in MB/s.")
+    start_mb_s: float = Field(default=8.0, gt=0, description="The latency pace's first rate, in MB/s.")
+    floor_mb_s: float = Field(
+        default=2.0, gt=0, description="The latency pace's lowest rate, in MB/s (a backlog always drains)."
+    )
+    ceiling_mb_s: float = Field(default=64.0, gt=0, description="The latency pace's highest rate, in MB/s.")
+    latency_budget_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="The realtime p99 the latency pace keeps within; unset, `budget_ratio` times the p99 the "
+        "worker saw while no backlog drained.",
+    )
+    budget_ratio: float = Field(
+        default=2.0,
+        gt=1,
+        description="The budget as a multiple of the realtime p99 without a backlog, when `latency_budget_ms` "
+        "is unset.",
+    )
     # The batch loop's thread runs this much nicer while it shares the worker (0: as every other
     # thread), so the scheduler serves the realtime loop and the brokers first within a second
     # (strait.worker.batch.priority).
@@ -472,10 +545,27 @@ class WorkerConfig(_Model):
 
     # The pool this worker joins (`strait worker --pool` overrides it); routes name their pools.
     pool: str = "default"
-    commit_interval_s: float = Field(default=1.0, gt=0)
-    stats_interval_s: float = Field(default=2.0, gt=0)
-    drain_timeout_s: float = Field(default=30.0, gt=0)
-    revoke_timeout_s: float = Field(default=30.0, gt=0)
+    commit_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often a worker commits its partitions' checkpoints (at-least-once routes).",
+    )
+    stats_interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often a worker publishes its stats report (lag, rates, copy modes).",
+    )
+    drain_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a draining worker waits for the controller to move its partitions before it "
+        "releases them itself (committing what was acknowledged) and leaves.",
+    )
+    revoke_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a worker waits for a partition it gives up to settle what it has in flight.",
+    )
     batch_sharing: BatchSharingConfig = Field(default_factory=BatchSharingConfig)
     # Connections to each destination broker for a batch pipeline's produce requests, each
     # partition pinned to one (strait.worker.batch.link). More than one helped in plaintext
@@ -499,13 +589,32 @@ class ObservabilityConfig(_Model):
     # When set, every `/metrics` (the workers' and the controllers') and `/metrics/targets` need
     # `Authorization: Bearer <metrics_token>`; a token of its own, so Prometheus can read but not act.
     metrics_token: str | None = None
-    sample_interval_s: float = Field(default=2.0, gt=0)
+    sample_interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often the leading controller samples the fleet for the dashboard, healing and metrics.",
+    )
     # A lagging partition whose checkpoint has not moved this long is stuck.
     stuck_after_s: float = Field(default=60.0, gt=0)
-    heal: bool = True
-    max_moves: int = Field(default=3, ge=0)
-    cooldown_s: float = Field(default=600.0, gt=0)
-    slow_worker_ratio: float = Field(default=0.25, gt=0, lt=1)
+    heal: bool = Field(
+        default=True, description="Whether the leading controller moves stuck partitions away from their worker."
+    )
+    max_moves: int = Field(
+        default=3, ge=0, description="Moves of a stuck partition that did not help before it is flagged for a person."
+    )
+    cooldown_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="How long a worker is avoided for a partition moved away from it, and how long a partition "
+        "must stay healthy to be forgotten.",
+    )
+    slow_worker_ratio: float = Field(
+        default=0.25,
+        gt=0,
+        lt=1,
+        description="A worker is slow when its bytes/s per backlogged partition is below this share of its peers' "
+        "median.",
+    )
 
 
 class StraitConfig(_Model):
@@ -515,8 +624,14 @@ class StraitConfig(_Model):
     # The ZooKeeper settings in use, or the defaults when coordination is on Kafka. In a file, the
     # deprecated spelling of coordination.zookeeper.
     zookeeper: ZookeeperConfig = Field(default_factory=ZookeeperConfig)
-    clusters: dict[str, dict[str, Any]]
-    routes: list[RouteConfig] = Field(min_length=1)
+    clusters: dict[str, dict[str, Any]] = Field(
+        description="The Kafka clusters, by name: each a mapping of librdkafka client properties "
+        "(`bootstrap.servers`, `security.protocol`, `sasl.*`, `ssl.*`, ...) passed to every client Strait makes "
+        "for that cluster. Values are text, numbers or true/false; `null` unsets a property."
+    )
+    routes: list[RouteConfig] = Field(
+        min_length=1, description="The replication routes, at least one, with unique names."
+    )
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
