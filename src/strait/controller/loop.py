@@ -124,7 +124,7 @@ class Controller:
 
     def _on_session(self, state: SessionState) -> None:
         if state is not SessionState.CONNECTED:
-            log.warning("ZooKeeper session %s: leader work stops until it is trusted again", state.value)
+            log.warning("coordination session %s: leader work stops until it is trusted again", state.value)
         self.wake()
 
     def _step(self) -> float:

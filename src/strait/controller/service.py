@@ -1,8 +1,8 @@
 """What the REST API can ask of a controller: reads from the store, validated writes to it.
 
-Every controller serves this, leader or standby. Writes go to ZooKeeper, the single source of
-truth, with create-if-absent semantics, so a standby can accept them safely: the leader sees
-them through its watches and acts within one cycle.
+Every controller serves this, leader or standby. Writes go to the coordination store (ZooKeeper
+or a Kafka cluster), the single source of truth, with create-if-absent semantics, so a standby
+can accept them safely: the leader sees them through its watches and acts within one cycle.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ class ControllerService:
             "id": self.controller_id,
             "leader_id": leader.id if leader else None,
             "leader_api": leader.api_url if leader else None,
-            "zookeeper": self.store.session_state().value,
+            "coordination": self.store.session_state().value,
         }
 
     def routes(self) -> list[dict[str, Any]]:
@@ -221,7 +221,7 @@ class ControllerService:
                     "partitions": [str(k) for k in assigned],
                     "holding": sorted(str(k) for k in worker.holding),
                     # A large worker's per-partition stats arrive over HTTP (strait.coordination.stats);
-                    # until they do, the totals of its summary in ZooKeeper.
+                    # until they do, the totals of its summary in the coordination store.
                     "records_copied": sum(int(p.get("records", 0)) for p in report.get("partitions", {}).values())
                     if "partitions" in report
                     else int(report.get("records") or 0),

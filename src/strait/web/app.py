@@ -1,7 +1,9 @@
 """The controller's REST API (FastAPI): HTTP in front of `ControllerService`.
 
-Errors are JSON `{"error": "<message naming the problem>"}`. When an API token is configured,
-every mutating call needs `Authorization: Bearer <token>`.
+Errors are JSON `{"error": "<message naming the problem>"}`: 400 for a request that is invalid
+(an unknown route, a bad topic name), 401 without the API token, 404, 409, 502 when a cluster
+refuses, 503 when the coordination store or a source cluster does not answer. When an API token
+is configured, every mutating call needs `Authorization: Bearer <token>`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from strait.cli.version import package_version
 from strait.controller.service import ControllerService, ServiceError, TopicRequest
 from strait.coordination.store import StoreUnavailable
 from strait.web.balance import mount_balance
@@ -38,7 +41,7 @@ class Unauthorized(Exception):
 
 def create_app(service: ControllerService, *, api_token: str | None) -> FastAPI:
     """The API application for one controller."""
-    app = FastAPI(title="Strait controller", version="0.1.0")
+    app = FastAPI(title="Strait controller", version=package_version())
 
     def require_token(request: Request) -> None:
         if api_token is None:
@@ -79,22 +82,42 @@ def create_app(service: ControllerService, *, api_token: str | None) -> FastAPI:
 
     @app.get("/health")
     def health() -> dict[str, Any]:
+        """This controller's state: `status` ("ok"), whether it leads (`leader`), its `id`, the
+        leading controller's id and API address (`leader_id`, `leader_api`; null while none
+        leads), and its coordination session (`coordination`: connected, suspended or lost).
+        503 when the coordination store does not answer."""
         return service.health()
 
     @app.get("/routes")
     def routes() -> list[dict[str, Any]]:
+        """The configured routes: clusters, topic patterns, replication factor, the number of topics
+        replicated, the worker pools each may use (null: any) and their live workers
+        (`no_live_worker` is true while the route's partitions wait for one)."""
         return service.routes()
 
     @app.get("/topics")
     def topics() -> list[dict[str, Any]]:
+        """Every replicated topic of every route: its destination topic, where copying started
+        (`start`), how it was added (`origin`: `api` or `pattern`), its partition count and its
+        `state` (`replicating`, `assigning` or `waiting-for-workers`)."""
         return service.topics()
 
     @app.get("/topics/{topic}")
     def topic(topic: str, route: str | None = None) -> dict[str, Any]:
+        """One replicated topic as in `GET /topics`, with each partition's worker and latest stats
+        (`partition_detail`). 404 when the topic is not replicated (on `route`); 400 when it is
+        replicated on several routes and `route` is not given, or `route` is unknown."""
         return service.topic(topic, route)
 
     @app.post("/topics/{topic}", dependencies=[Depends(require_token)])
     def add_topic(topic: str, response: Response, body: TopicBody | None = Body(default=None)) -> dict[str, Any]:
+        """Replicate a source topic on a route (`route` may be left out when there is one route).
+        `destination_topic` overrides the route's naming; `start` (`earliest` by default, or
+        `latest`) is where copying begins. The answer waits up to 5 s for the destination topic to
+        be created; a slower creation goes on in the background. 201 when added, 200 when it already was with the
+        same settings, 409 when it was with others, 404 when the source cluster does not have the
+        topic, 502 when the destination topic cannot be created (the topic stays added and the
+        workers keep trying), 503 when the source cluster does not answer."""
         settings = body or TopicBody()
         created, described = service.add_topic(
             topic,
@@ -105,15 +128,23 @@ def create_app(service: ControllerService, *, api_token: str | None) -> FastAPI:
 
     @app.delete("/topics/{topic}", status_code=204, dependencies=[Depends(require_token)])
     def remove_topic(topic: str, route: str | None = None) -> Response:
+        """Stop replicating a topic on a route (`route` may be left out when there is one route).
+        204 when removed; 404 when the topic is not replicated on that route."""
         service.remove_topic(topic, route)
         return Response(status_code=204)
 
     @app.get("/workers")
     def workers() -> list[dict[str, Any]]:
+        """Every worker the coordination store knows (those that left stay listed for
+        `controller.forget_left_workers_s`): its state, pool, host and pid, its routes, the
+        partitions assigned to it and those it still holds, and the records copied and lag of its
+        latest stats report."""
         return service.workers()
 
     @app.post("/workers/{worker_id}/drain", status_code=202, dependencies=[Depends(require_token)])
     def drain(worker_id: str) -> dict[str, Any]:
+        """Ask a live worker to drain: its partitions move to other workers, then it leaves (as on
+        SIGTERM). 202 when asked; 404 when the worker is not live."""
         return service.drain(worker_id)
 
     @app.post("/routes/{route}/groups/{group}/failover", dependencies=[Depends(require_token)])
@@ -124,6 +155,8 @@ def create_app(service: ControllerService, *, api_token: str | None) -> FastAPI:
 
     @app.get("/assignment")
     def assignment() -> dict[str, str | None]:
+        """The written assignment: each partition (`route/topic/partition`) and the worker it is
+        assigned to (null while unassigned)."""
         return service.assignment()
 
     sizes = {name: service.config.balance.capacities_of(name) for name in service.config.clusters}
