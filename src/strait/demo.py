@@ -12,6 +12,7 @@ exactly what is tested.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -327,6 +328,17 @@ def _add_when_listed(api: ControllerClient, topic: str, timeout_s: float = 60.0)
         time.sleep(0.5)
 
 
+def _log_to(path: Path) -> None:
+    """The demo process's own log goes to ``path``; the terminal shows only Strait's warnings,
+    not librdkafka's lines (such as a transaction coordinator still loading at start)."""
+    to_file = logging.FileHandler(path)
+    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    to_terminal = logging.StreamHandler()
+    to_terminal.setLevel(logging.WARNING)
+    to_terminal.addFilter(lambda record: not record.name.startswith("strait.librdkafka"))
+    logging.basicConfig(level=logging.INFO, handlers=[to_file, to_terminal], force=True)
+
+
 def run(*, workers: int = 2, topics: int = 3) -> int:
     """The demo; returns the process exit status."""
     from strait.sandbox import Sandbox, SandboxSpec
@@ -336,6 +348,7 @@ def run(*, workers: int = 2, topics: int = 3) -> int:
 
     signal.signal(signal.SIGTERM, interrupt)  # stop cleanly when terminated, as on Ctrl-C
     workdir = Path(tempfile.mkdtemp(prefix="strait-demo-"))
+    _log_to(workdir / "demo.log")
     print(f"starting sandbox (Kafka clusters src and dst; Strait coordinates on dst) in {workdir} ...", flush=True)
     spec = SandboxSpec(clusters=("src", "dst"), brokers=1, log_dirs=2, state_dir=workdir / "sandbox", zookeeper=False)
     sandbox = Sandbox.up(spec)
@@ -361,7 +374,7 @@ def run(*, workers: int = 2, topics: int = 3) -> int:
             _add_when_listed(fleet.api(), topic)
         print(f"controller API: {url}   (OpenAPI: {url}/docs, e.g. curl {url}/workers)")
         print(f"dashboard: {url}/ui   metrics: {url}/metrics")
-        print(f"logs: {fleet.workdir}; Ctrl-C stops everything", flush=True)
+        print(f"logs: {fleet.workdir} (this process: {workdir / 'demo.log'}); Ctrl-C stops everything", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             while True:
                 with contextlib.suppress(ApiError):
