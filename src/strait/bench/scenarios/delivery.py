@@ -32,7 +32,7 @@ from strait.bench.scenarios.latency import _latency_run
 from strait.bench.scenarios.throughput import _throughput_run
 
 MODES = ("at-least-once", "exactly-once")
-GOAL_THROUGHPUT_RATIO = 0.8  # issue 9: exactly-once records/s at least 0.8 of at-least-once
+GOAL_THROUGHPUT_RATIO = 0.8  # the goal: exactly-once copies at least 0.8 of at-least-once's records/s
 
 # "2026-11-29 16:11:00,123 WARNING strait.worker...: msg", or librdkafka's "%3|1732...|FAIL|...".
 _LOGGED = re.compile(r"^\S+ \S+ (?P<level>WARNING|ERROR|CRITICAL) (?P<text>.*)$")

@@ -18,7 +18,7 @@ The realtime topic's records are split by send time:
   offsets polled every 0.1 s), or ``drain_timeout_s``;
 - after: from the end of the drain to the end of traffic (``after_s``).
 
-The ratio with / without of p50 and p99 is each system's own; the goal (issue 12): Strait's
+The ratio with / without of p50 and p99 is each system's own; the goal: Strait's
 realtime p99 rises by less than 2x while the backlog drains.
 """
 

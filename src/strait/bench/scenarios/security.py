@@ -4,7 +4,7 @@ The sandbox holds a source and a destination cluster per mode (``src``/``dst`` i
 ``tls-src``/``tls-dst`` in TLS, and so on, see :func:`cluster_pair`); each run copies its own
 pre-filled topic from the mode's source to its destination with one worker (the throughput
 scenario's harness), the modes alternating so that none always runs first. The result is each
-secured mode's records/s and CPU per GB against plaintext's from the same run (issue 10).
+secured mode's records/s and CPU per GB against plaintext's from the same run.
 
 In the modes with ACLs (``sasl_ssl``, ``mtls``) the workload and Strait run as the sandbox's
 super user: the least-privilege user cannot write the source topics the benchmark fills, and
