@@ -2,8 +2,13 @@
 
 The same runner as the command (`strait.bench.chaos.run`), on a module sandbox of two 3-broker
 clusters (replication factor 3, min.insync.replicas 2), with a fixed seed whose schedule holds
-every kind of fault, under the CPU hog. Required: not one acknowledged record lost or left
-behind, nothing out of order, and every kind of fault really injected.
+every kind of fault of the store, under the CPU hog. Required: not one acknowledged record lost
+or left behind, nothing out of order, and every kind of fault really injected.
+
+The fleet coordinates on the destination cluster (the Kafka store, whose faults kill or freeze
+the broker leading a coordination topic), and the sandbox starts no ZooKeeper.
+`STRAIT_CHAOS_STORE=zookeeper` runs the same test on a sandbox ZooKeeper instead (killed and
+restarted by the schedule).
 """
 
 from __future__ import annotations
@@ -15,20 +20,28 @@ from pathlib import Path
 
 import pytest
 
-from strait.bench.chaos import KINDS, ChaosOptions, run
+from strait.bench.chaos import ChaosOptions, run
+from strait.bench.chaos.schedule import STORE_KINDS
 from strait.sandbox import Sandbox, SandboxSpec
 
 pytestmark = pytest.mark.integration
 
-# Seed 1's schedule grows a source topic before it first kills a source broker: a broker killed
-# with -9 may need minutes to serve again on a starved machine, and no topic can grow meanwhile.
-SEED = int(os.environ.get("STRAIT_CHAOS_SEED", "1"))
+STORE = "zookeeper" if os.environ.get("STRAIT_CHAOS_STORE", "kafka") == "zookeeper" else "kafka"
+KINDS = STORE_KINDS[STORE]
+# Each seed's schedule grows a source topic before it first kills a source broker: a broker
+# killed with -9 may need minutes to serve again on a starved machine, and no topic can grow
+# meanwhile. Seed 25 on the Kafka store also freezes the coordinating broker before it first
+# kills one: a frozen broker is back at once, a killed one only after its restart.
+SEED = int(os.environ.get("STRAIT_CHAOS_SEED", "25" if STORE == "kafka" else "1"))
 DURATION_S = 150.0
 
 
 @pytest.fixture(scope="module")
 def clusters(sandbox_factory: Callable[[SandboxSpec], Sandbox]) -> Sandbox:
-    return sandbox_factory(SandboxSpec(clusters=("src", "dst"), brokers=3, log_dirs=1, startup_timeout_s=240))
+    spec = SandboxSpec(
+        clusters=("src", "dst"), brokers=3, log_dirs=1, startup_timeout_s=240, zookeeper=STORE == "zookeeper"
+    )
+    return sandbox_factory(spec)
 
 
 @pytest.mark.timeout(1200)
@@ -41,12 +54,13 @@ def test_a_short_chaos_run_loses_nothing(
         seed=SEED,
         delivery="exactly-once" if delivery == "exactly-once" else "at-least-once",
         catchup_timeout_s=240,
+        store=STORE,
     )
     result = run(options, workdir=tmp_path, sandbox=clusters)
     (tmp_path / "chaos.json").write_text(json.dumps(result, indent=1))  # kept with the logs for post-mortems
     totals, injected = result["totals"], result["faults_injected"]
     print(
-        f"\nCHAOS {delivery} seed {SEED}: produced={totals['produced']} checked={totals['checked']} "
+        f"\nCHAOS {delivery} on {STORE} seed {SEED}: produced={totals['produced']} checked={totals['checked']} "
         f"lost={totals['lost']} not_yet_copied={totals['not_yet_copied']} duplicates={totals['duplicates']} "
         f"out_of_order={totals['out_of_order']} faults={injected} load_average={result['load_average'].get('mean')}"
         f" exited_by_themselves={result['unexpected_exits']}"

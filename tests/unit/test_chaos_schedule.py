@@ -15,7 +15,10 @@ from strait.bench.chaos.outcome import summarize
 from strait.bench.chaos.schedule import (
     BROKER_KINDS,
     CATCHUP_LAG_THRESHOLD,
+    COORDINATOR_KINDS,
     KINDS,
+    STORE_KINDS,
+    STORES,
     UNDONE,
     WORKER_KINDS,
     Fault,
@@ -57,8 +60,13 @@ def violations(schedule: Schedule) -> list[str]:
             out.append(f"#{f.id}: a short pause of {f.end_s - f.start_s:.1f}s reaches the session timeout")
         if f.kind == "worker-pause-long" and f.end_s is not None and f.end_s - f.start_s <= p.session_timeout_s:
             out.append(f"#{f.id}: a long pause of {f.end_s - f.start_s:.1f}s stays within the session timeout")
-        if f.kind == "zookeeper-kill" and f.end_s is not None and f.end_s - f.start_s > p.zookeeper_max_down_s + 1e-6:
-            out.append(f"#{f.id}: ZooKeeper down {f.end_s - f.start_s:.1f}s")
+        if f.kind not in STORE_KINDS[p.store]:
+            out.append(f"#{f.id}: kind {f.kind} on the {p.store} store")
+        outage = f.kind in ("zookeeper-kill", "coordinator-pause")
+        if outage and f.end_s is not None and f.end_s - f.start_s > p.coordination_max_down_s + 1e-6:
+            out.append(f"#{f.id}: {f.kind} for {f.end_s - f.start_s:.1f}s")
+        if f.kind in COORDINATOR_KINDS and (p.brokers < 3 or f.target != "coordinator"):
+            out.append(f"#{f.id}: {f.kind} on {f.target} of {p.brokers}-broker clusters")
         if f.kind in BROKER_KINDS:
             cluster, _, broker = f.target.partition("/")
             if p.brokers < 3 or not 2 <= int(broker) <= p.brokers:
@@ -87,18 +95,18 @@ def _overlaps(schedule: Schedule) -> list[str]:
         for b in windows[i + 1 :]:
             if b.start_s > _end(a):
                 break  # in start order: no later fault overlaps `a` either
-            if a.kind in BROKER_KINDS and b.kind in BROKER_KINDS and a.target[:3] == b.target[:3]:
-                out.append(f"#{a.id} and #{b.id}: two brokers of {a.target[:3]} down at once")
+            if _broker_cluster(a) is not None and _broker_cluster(a) == _broker_cluster(b):
+                out.append(f"#{a.id} and #{b.id}: two brokers of {_broker_cluster(a)} down at once")
             if a.kind in WORKER_KINDS and b.kind in WORKER_KINDS and a.target == b.target:
                 out.append(f"#{a.id} and #{b.id}: two faults on {a.target} at once")
             if a.kind == b.kind == "controller-kill":
                 out.append(f"#{a.id} and #{b.id}: two controller kills at once")
-    zookeeper = [f for f in windows if f.kind == "zookeeper-kill"]
+    outages = [f for f in windows if f.kind in ("zookeeper-kill", "coordinator-pause")]
     needs_coordination = {"controller-kill", "topic-readd", "topic-add", "worker-kill"}
-    for down in zookeeper:
+    for down in outages:
         for f in schedule.faults:
             if f.kind in needs_coordination and _overlap(down, f):
-                out.append(f"#{f.id} {f.kind} needs ZooKeeper while #{down.id} has it down")
+                out.append(f"#{f.id} {f.kind} needs the store while #{down.id} has it out")
     for down in (f for f in windows if f.kind == "source-broker-kill"):
         for f in schedule.faults:
             if f.kind == "partition-expand" and _overlap(down, f):
@@ -109,6 +117,13 @@ def _overlaps(schedule: Schedule) -> list[str]:
         if at_once >= p.workers:
             out.append(f"#{f.id}: {at_once} of {p.workers} workers faulted at {f.start_s}")
     return out
+
+
+def _broker_cluster(fault: Fault) -> str | None:
+    """The cluster whose broker the fault takes down (the coordinating cluster is the destination)."""
+    if fault.kind in BROKER_KINDS:
+        return fault.target[:3]
+    return "dst" if fault.kind in COORDINATOR_KINDS else None
 
 
 def _topics(schedule: Schedule) -> list[str]:
@@ -142,7 +157,8 @@ def _topics(schedule: Schedule) -> list[str]:
 
 def _random_params(seed: int) -> ScheduleParams:
     rng = random.Random(seed)
-    kinds = frozenset(k for k in KINDS if rng.random() < 0.9)
+    store = rng.choice(STORES)
+    kinds = frozenset(k for k in STORE_KINDS[store] if rng.random() < 0.9)
     return ScheduleParams(
         duration_s=rng.choice([60.0, 150.0, 180.0, 600.0, 1800.0, rng.uniform(30, 1800)]),
         seed=seed,
@@ -156,6 +172,7 @@ def _random_params(seed: int) -> ScheduleParams:
         session_timeout_s=rng.uniform(2, 10),
         mean_gap_s=rng.uniform(3, 20),
         kinds=kinds,
+        store=store,
     )
 
 
@@ -165,9 +182,10 @@ def test_schedules_keep_every_rule_over_many_seeds_and_shapes(seed: int) -> None
     assert violations(schedule) == []
 
 
+@pytest.mark.parametrize("store", STORES)
 @pytest.mark.parametrize("seed", range(5))
-def test_the_default_30_minute_schedule_keeps_every_rule(seed: int) -> None:
-    schedule = generate(ScheduleParams(duration_s=1800, seed=seed))
+def test_the_default_30_minute_schedule_keeps_every_rule(seed: int, store: str) -> None:
+    schedule = generate(ScheduleParams(duration_s=1800, seed=seed, store=store, kinds=frozenset(STORE_KINDS[store])))
     assert violations(schedule) == []
     assert len(schedule.faults) > 150  # about one fault every 6 s between warm-up and quiet tail
 
@@ -178,17 +196,21 @@ def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> Non
     assert generate(params).faults != generate(replace(params, seed=43)).faults
 
 
+@pytest.mark.parametrize("store", STORES)
 @pytest.mark.parametrize("seed", range(40))
-def test_a_three_minute_run_meets_every_kind_of_fault(seed: int) -> None:
-    schedule = generate(ScheduleParams(duration_s=150, seed=seed))
-    assert set(schedule.counts()) == set(KINDS), schedule.counts()
+def test_a_three_minute_run_meets_every_kind_of_fault_of_its_store(seed: int, store: str) -> None:
+    kinds = frozenset(STORE_KINDS[store])
+    schedule = generate(ScheduleParams(duration_s=150, seed=seed, store=store, kinds=kinds))
+    assert set(schedule.counts()) == kinds, schedule.counts()
 
 
 def test_clusters_of_fewer_than_three_brokers_get_no_broker_faults() -> None:
+    kafka = frozenset(STORE_KINDS["kafka"])
     for brokers in (1, 2):
-        schedule = generate(ScheduleParams(duration_s=1800, seed=7, brokers=brokers))
-        assert not BROKER_KINDS & set(schedule.counts())
-        assert violations(schedule) == []
+        for store, kinds in (("zookeeper", frozenset(KINDS)), ("kafka", kafka)):
+            schedule = generate(ScheduleParams(duration_s=1800, seed=7, brokers=brokers, store=store, kinds=kinds))
+            assert not (BROKER_KINDS | COORDINATOR_KINDS) & set(schedule.counts())
+            assert violations(schedule) == []
 
 
 def test_only_the_kinds_asked_for_are_scheduled() -> None:

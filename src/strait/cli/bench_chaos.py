@@ -37,6 +37,12 @@ def chaos(
     seed: int = typer.Option(1, help="Seed of the fault schedule: the same seed replays the same faults."),
     delivery: str = typer.Option("at-least-once", help="The route's delivery: at-least-once or exactly-once."),
     copy: str | None = typer.Option(None, "--copy", help="The route's copy mode: record or batch (default: its own)."),
+    store: str = typer.Option(
+        "kafka",
+        "--store",
+        help="Where the fleet coordinates: kafka (on the destination cluster; its coordination faults kill or "
+        "freeze the broker leading a coordination topic) or zookeeper (a sandbox ZooKeeper, killed and restarted).",
+    ),
     brokers: int = typer.Option(3, help="Brokers per cluster (broker faults need 3)."),
     workers: int = typer.Option(3, help="Worker processes."),
     controllers: int = typer.Option(2, help="Controller processes."),
@@ -60,6 +66,8 @@ def chaos(
         raise typer.BadParameter("use at-least-once or exactly-once", param_hint="--delivery")
     if copy not in (None, "record", "batch"):
         raise typer.BadParameter("use record or batch", param_hint="--copy")
+    if store not in ("kafka", "zookeeper"):
+        raise typer.BadParameter("use kafka or zookeeper", param_hint="--store")
     options = ChaosOptions(
         duration_s=_duration(duration),
         seed=seed,
@@ -71,6 +79,7 @@ def chaos(
         rate_per_partition=rate,
         catchup_timeout_s=catchup_timeout,
         copy=None if copy is None else ("batch" if copy == "batch" else "record"),
+        store="zookeeper" if store == "zookeeper" else "kafka",
     )
     root = (workdir or Path(tempfile.mkdtemp(prefix="strait-chaos-"))).resolve()
     typer.echo(f"chaos work folder (sandbox and process logs): {root}")

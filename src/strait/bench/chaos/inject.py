@@ -12,7 +12,7 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka.admin import NewPartitions  # type: ignore[attr-defined]  # re-exported, not in __all__
@@ -45,6 +45,7 @@ class Injector:
         load: ChaosLoad,
         topics: Mapping[str, str],
         clusters: Mapping[str, str],
+        coordination_topics: Sequence[str] = (),
     ) -> None:
         self._sandbox = sandbox
         self._fleet = fleet
@@ -56,6 +57,9 @@ class Injector:
         self._held: dict[int, Fault] = {}  # faults started and not yet undone, with their resources
         self._waiting: dict[int, Fault] = {}  # faults waiting for resources held by others
         self._victims: dict[int, str] = {}  # controller-kill fault -> the controller it killed
+        # The Kafka store's topics on the destination (coordinator faults strike a broker leading one).
+        self._coordination_topics = tuple(coordination_topics)
+        self._coordinators: dict[int, int] = {}  # coordinator fault -> the broker it struck
 
     # ---- dispatch ------------------------------------------------------------------------------
 
@@ -96,6 +100,10 @@ class Injector:
             with self._sandbox_lock:
                 self._sandbox.kill_zookeeper()
             detail = "kill -9 ZooKeeper"
+        elif kind == "coordinator-kill":
+            detail = self._strike_coordinator(fault, not_after, pause=False)
+        elif kind == "coordinator-pause":
+            detail = self._strike_coordinator(fault, not_after, pause=True)
         elif kind == "partition-expand":
             detail = self._expand(self._topics[fault.target], fault.count)
         elif kind == "topic-readd":
@@ -134,6 +142,13 @@ class Injector:
             return self._restart_broker(*self._broker(fault))
         if kind == "zookeeper-kill":
             return self._restart_zookeeper()
+        if kind == "coordinator-kill":
+            return self._restart_broker(self._clusters["dst"], self._coordinators[fault.id])
+        if kind == "coordinator-pause":
+            broker = self._coordinators[fault.id]
+            with self._sandbox_lock:
+                self._sandbox.resume_broker(self._clusters["dst"], broker)
+            return f"SIGCONT {self._clusters['dst']} broker {broker}"
         if kind == "topic-readd":
             return self._api("POST", f"/topics/{self._topics[fault.target]}", {"start": "earliest"})
         raise ValueError(f"fault kind {kind!r} has nothing to undo")
@@ -246,6 +261,36 @@ class Injector:
             self._sandbox.kill_broker(cluster, broker_id)
         note = f" (waited {waited:.0f}s for in-sync replicas)" if waited > 1 else ""
         return f"kill -9 {cluster} broker {broker_id}{note}"
+
+    def _strike_coordinator(self, fault: Fault, not_after: float, *, pause: bool) -> str:
+        """kill -9 or SIGSTOP the destination broker leading a coordination topic (never broker 1)."""
+        cluster = self._clusters["dst"]
+        started = time.monotonic()
+        patience = max(1.0, min(IN_SYNC_TIMEOUT_S, not_after - started))
+        if not wait_until(lambda: self._in_sync(cluster), patience, interval_s=1):
+            return f"skipped: {cluster} still had under-replicated partitions after {patience:.0f}s"
+        waited = time.monotonic() - started
+        broker, leads = self._coordinator(cluster)
+        with self._sandbox_lock:
+            if pause:
+                self._sandbox.pause_broker(cluster, broker)
+            else:
+                self._sandbox.kill_broker(cluster, broker)
+        self._coordinators[fault.id] = broker
+        note = f" (waited {waited:.0f}s for in-sync replicas)" if waited > 1 else ""
+        return f"{'SIGSTOP' if pause else 'kill -9'} {cluster} broker {broker}, leader of {leads}{note}"
+
+    def _coordinator(self, cluster: str) -> tuple[int, str]:
+        """The broker to strike and what it leads: the first coordination topic's leader that is not
+        broker 1 (the KRaft controller), else the highest broker, which holds a replica of each."""
+        metadata = clients.admin(self._sandbox.clusters[cluster].props(), log_level=0).list_topics(timeout=10)
+        for topic in self._coordination_topics:
+            meta = metadata.topics.get(topic)
+            leader = meta.partitions[0].leader if meta is not None and 0 in meta.partitions else -1
+            if leader > 1:
+                return leader, topic
+        highest = max(b.id for b in self._sandbox.clusters[cluster].brokers)
+        return highest, "no coordination topic (broker 1 leads them)"
 
     def _in_sync(self, cluster: str) -> bool:
         metadata = clients.admin(self._sandbox.clusters[cluster].props(), log_level=0).list_topics(timeout=10)

@@ -1,5 +1,9 @@
 """One chaos run: a sandbox, a fleet and a load, a seeded fault schedule, then every record checked.
 
+The fleet coordinates on the destination cluster (`store="kafka"`, the product's default) or on
+the sandbox's ZooKeeper (`store="zookeeper"`); the schedule's coordination faults follow the
+store (`schedule.STORE_KINDS`).
+
 The run, in order: topics (replication factor 3, `min.insync.replicas` 2 on 3 brokers), the
 fleet (controllers, then workers), steady sequence-numbered load, topics added through the
 API; then the schedule plays out under a CPU hog (one thread per fault, so a slow restart does
@@ -29,7 +33,7 @@ from strait.bench.chaos.check import CopyCheck, Key
 from strait.bench.chaos.inject import Injector
 from strait.bench.chaos.load import ChaosLoad
 from strait.bench.chaos.outcome import summarize
-from strait.bench.chaos.schedule import KINDS, Fault, FaultKind, Schedule, ScheduleParams, generate
+from strait.bench.chaos.schedule import STORE_KINDS, Fault, FaultKind, Schedule, ScheduleParams, Store, generate
 from strait.bench.chaos.starve import CpuHog, LoadSampler
 from strait.demo import Fleet, wait_until
 from strait.sandbox import Sandbox, SandboxSpec
@@ -59,7 +63,10 @@ class ChaosOptions:
     record_size: int = 100
     session_timeout_s: float = 6.0
     catchup_timeout_s: float = 300.0
-    kinds: frozenset[FaultKind] = frozenset(KINDS)
+    # Where the fleet coordinates: on the destination cluster, or on the sandbox's ZooKeeper.
+    store: Store = "kafka"
+    # The kinds of fault to draw; None: every kind of the store (`STORE_KINDS`).
+    kinds: frozenset[FaultKind] | None = None
     # The route's `copy` (record, batch); None leaves the route's default.
     copy: Literal["record", "batch"] | None = None
 
@@ -73,7 +80,8 @@ class ChaosOptions:
             topics=tuple(f"t{n}" for n in range(self.topics)),
             partitions=self.partitions,
             session_timeout_s=self.session_timeout_s,
-            kinds=self.kinds,
+            kinds=self.kinds if self.kinds is not None else frozenset(STORE_KINDS[self.store]),
+            store=self.store,
         )
 
 
@@ -84,14 +92,23 @@ def run(
 
     Without `sandbox`, one with clusters `src` and `dst` of `options.brokers` brokers is started
     in `workdir` and stopped at the end (its logs kept). A given sandbox must have those two
-    clusters; its brokers and ZooKeeper are killed and restarted like the fleet's processes.
+    clusters (and a ZooKeeper on the ZooKeeper store); its brokers and ZooKeeper are killed and
+    restarted like the fleet's processes.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     own = sandbox is None
     if sandbox is None:
-        log(f"starting the sandbox (ZooKeeper, clusters src and dst of {options.brokers} brokers) in {workdir} ...")
+        zookeeper = options.store == "zookeeper"
+        log(
+            f"starting the sandbox ({'ZooKeeper, ' if zookeeper else ''}clusters src and dst of "
+            f"{options.brokers} brokers) in {workdir} ..."
+        )
         spec = SandboxSpec(
-            clusters=(SOURCE, DESTINATION), brokers=options.brokers, log_dirs=1, state_dir=workdir / "sandbox"
+            clusters=(SOURCE, DESTINATION),
+            brokers=options.brokers,
+            log_dirs=1,
+            state_dir=workdir / "sandbox",
+            zookeeper=zookeeper,
         )
         sandbox = Sandbox.up(spec)
     try:
@@ -125,10 +142,13 @@ class _Run:
         started_at = dt.datetime.now(dt.UTC)
         o = self.options
         kinds = ", ".join(f"{kind} {n}" for kind, n in self.schedule.counts().items())
-        self.log(f"schedule: {len(self.schedule.faults)} faults over {o.duration_s:.0f}s, seed {o.seed}: {kinds}")
+        self.log(
+            f"schedule: {len(self.schedule.faults)} faults over {o.duration_s:.0f}s, seed {o.seed}, "
+            f"coordination on {o.store}: {kinds}"
+        )
         self._create_topics()
         fleet = Fleet(
-            zookeeper=self.sandbox.zookeeper,
+            zookeeper=self.sandbox.zookeeper if o.store == "zookeeper" else "",
             clusters={"src": self.src, "dst": self.dst},
             routes=[
                 {
@@ -142,6 +162,7 @@ class _Run:
             ],
             workdir=self.workdir / "fleet",
             session_timeout_s=o.session_timeout_s,
+            coordination_cluster="dst" if o.store == "kafka" else None,
         )
         load = ChaosLoad(self.src, rate_per_partition=o.rate_per_partition, size=o.record_size)
         hog = CpuHog(o.hog_processes)
@@ -152,6 +173,7 @@ class _Run:
             load=load,
             topics=self.topics,
             clusters={"src": SOURCE, "dst": DESTINATION},
+            coordination_topics=_coordination_topics(fleet),
         )
         try:
             self._start_fleet(fleet)
@@ -194,6 +216,7 @@ class _Run:
                 "replication_factor": self.replicas,
                 "min_insync_replicas": self.min_insync,
                 "session_timeout_s": o.session_timeout_s,
+                "store": o.store,
                 "hog_processes": hog.count if o.hog else 0,
                 "partitions": readback.partition_counts(self.src, self.topics.values()),
             },
@@ -383,6 +406,12 @@ class _Run:
             "foreign_records": check.foreign,
         }
         return check.verdicts(checkpoints=checkpoints, located=located), read
+
+
+def _coordination_topics(fleet: Fleet) -> tuple[str, ...]:
+    """The Kafka store's topics on the destination, the state topic first (none on ZooKeeper)."""
+    kafka = fleet.coordination().get("kafka")
+    return (f"{kafka['prefix']}.state", f"{kafka['prefix']}.live") if kafka else ()
 
 
 def _create_topic(props: dict[str, str], topic: str, partitions: int, replicas: int, configs: dict[str, str]) -> None:

@@ -11,12 +11,20 @@ Rules, each checked by `tests/unit/test_chaos_schedule.py` over many seeds:
   tail, which leaves the copy time to settle while the load goes on;
 - at most one broker of a cluster is down at a time, and never broker 1 (the cluster's KRaft
   controller): with replication factor 3 and `min.insync.replicas` 2 writes go on;
-- ZooKeeper is down for a bounded time, and not while something needs coordination to take
-  effect (a controller kill, a topic change through the API, a worker restart);
+- the coordination store is out for a bounded time, and not while something needs coordination
+  to take effect (a controller kill, a topic change through the API, a worker restart);
 - at least one worker is never faulted at any moment, and one worker has one fault at a time;
 - a source topic is not expanded while a source broker is down (its new replicas need all three);
-- a short pause stays well below the ZooKeeper session timeout, a long one well beyond it;
+- a short pause stays well below the session timeout, a long one well beyond it;
 - a burst exceeds the catch-up threshold, so it moves partitions to the catch-up pipeline.
+
+The coordination store decides what "the store is out" means (`STORE_KINDS`): on ZooKeeper,
+ZooKeeper is killed and restarted; on Kafka, a broker of the coordinating cluster (the
+destination) that leads a coordination topic is killed and restarted, or frozen (SIGSTOP)
+without closing its connections, and these replace the destination broker kills. A kill holds
+no coordination resource while the broker restarts: the coordination topics have three
+replicas, so the store is out only until the cluster has elected new leaders; a freeze holds it
+(the frozen leader keeps its partitions until the cluster fences it).
 
 Restarts take much longer than planned on a starved machine (a broker killed with -9 may need
 two minutes to serve again), so the injector enforces the same exclusions at run time: a fault
@@ -38,12 +46,17 @@ FaultKind = Literal[
     "source-broker-kill",
     "destination-broker-kill",
     "zookeeper-kill",
+    "coordinator-kill",
+    "coordinator-pause",
     "partition-expand",
     "topic-readd",
     "topic-add",
     "burst",
 ]
+Store = Literal["zookeeper", "kafka"]
+STORES: tuple[Store, ...] = ("kafka", "zookeeper")
 
+# Every kind of the ZooKeeper store; `STORE_KINDS` has each store's.
 KINDS: tuple[FaultKind, ...] = (
     "worker-kill",
     "worker-pause-long",
@@ -57,6 +70,18 @@ KINDS: tuple[FaultKind, ...] = (
     "topic-add",
     "burst",
 )
+# The coordination store's faults: ZooKeeper itself, or the coordinating cluster's brokers.
+COORDINATOR_KINDS: frozenset[FaultKind] = frozenset({"coordinator-kill", "coordinator-pause"})
+STORE_KINDS: dict[Store, tuple[FaultKind, ...]] = {
+    "zookeeper": KINDS,
+    # The destination is the coordinating cluster: its broker kill is the coordinator's.
+    "kafka": tuple(
+        kind
+        for k in KINDS
+        if k != "destination-broker-kill"
+        for kind in (("coordinator-kill", "coordinator-pause") if k == "zookeeper-kill" else (k,))
+    ),
+}
 # Faults that take something away and give it back at `end_s`; the others are instants.
 UNDONE: frozenset[FaultKind] = frozenset(
     {
@@ -67,6 +92,8 @@ UNDONE: frozenset[FaultKind] = frozenset(
         "source-broker-kill",
         "destination-broker-kill",
         "zookeeper-kill",
+        "coordinator-kill",
+        "coordinator-pause",
         "topic-readd",
     }
 )
@@ -75,7 +102,7 @@ BROKER_KINDS: frozenset[FaultKind] = frozenset({"source-broker-kill", "destinati
 # The worker's copier moves a partition to the catch-up pipeline beyond this fetch lag.
 CATCHUP_LAG_THRESHOLD = 10_000
 # Instants still occupy their target for a moment, so that two changes of a topic or a topic
-# change and a ZooKeeper outage do not land on the same second.
+# change and a coordination outage do not land on the same second.
 INSTANT_S = 2.0
 # After a fault is undone, its target gets this long to recover before the next conflicting fault.
 SETTLE_S = 3.0
@@ -98,6 +125,7 @@ class ScheduleParams:
     mean_gap_s: float = 6.0  # mean time between two faults' starts
     burst_records: tuple[int, int] = (15_000, 30_000)  # per burst partition
     kinds: frozenset[FaultKind] = frozenset(KINDS)
+    store: Store = "zookeeper"
 
     @property
     def warmup_s(self) -> float:
@@ -115,16 +143,17 @@ class ScheduleParams:
         return self.duration_s - self.quiet_tail_s
 
     @property
-    def zookeeper_max_down_s(self) -> float:
+    def coordination_max_down_s(self) -> float:
+        """Longest a ZooKeeper kill or a coordinating broker's freeze lasts."""
         return 2.0 * self.session_timeout_s
 
     def enabled(self) -> tuple[FaultKind, ...]:
-        """The kinds that make sense for this shape, in a fixed order."""
+        """The kinds that make sense for this shape and store, in a fixed order."""
         out = []
-        for kind in KINDS:
+        for kind in STORE_KINDS[self.store]:
             if kind not in self.kinds:
                 continue
-            if kind in BROKER_KINDS and self.brokers < 3:
+            if (kind in BROKER_KINDS or kind in COORDINATOR_KINDS) and self.brokers < 3:
                 continue  # below 3 replicas a broker down stops writes with min.insync.replicas 2
             if kind == "topic-add":
                 continue  # placed once per late topic, not dealt from the deck
@@ -138,7 +167,9 @@ class Fault:
 
     id: int
     kind: FaultKind
-    target: str  # a worker id, "leader", "src/2" or "dst/3", "zookeeper", or a topic
+    # A worker id, "leader", "src/2" or "dst/3", "zookeeper", "coordinator" (the coordinating
+    # cluster's broker that leads a coordination topic, found when it strikes), or a topic.
+    target: str
     start_s: float
     end_s: float | None = None
     count: int = 0  # burst: records per partition; partition-expand: the new partition count
@@ -262,7 +293,9 @@ def _draw(
         "controller-kill": (2.0, 12.0),
         "source-broker-kill": (5.0, 25.0),
         "destination-broker-kill": (5.0, 25.0),
-        "zookeeper-kill": (1.0, params.zookeeper_max_down_s),
+        "zookeeper-kill": (1.0, params.coordination_max_down_s),
+        "coordinator-kill": (5.0, 25.0),
+        "coordinator-pause": (1.0, params.coordination_max_down_s),
         "topic-readd": (2.0, 15.0),
     }.get(kind)
     # Lengths in tenths of a second, rounded down so that no bound is crossed by rounding.
@@ -279,6 +312,8 @@ def _draw(
         targets = [f"{cluster}/{b}" for b in range(2, params.brokers + 1)]
     elif kind == "zookeeper-kill":
         targets = ["zookeeper"]
+    elif kind in COORDINATOR_KINDS:
+        targets = ["coordinator"]
     else:
         targets = list(params.topics)
     rng.shuffle(targets)
@@ -305,7 +340,7 @@ def _shape(fault: Fault) -> Fault:
     if kind in WORKER_KINDS:
         exclusive.add(f"worker:{target}")
         if kind == "worker-kill":
-            shared.add("coordination")  # its restart registers in ZooKeeper
+            shared.add("coordination")  # its restart registers in the store
     elif kind == "controller-kill":
         exclusive.add("controller")
         shared.add("coordination")
@@ -313,12 +348,18 @@ def _shape(fault: Fault) -> Fault:
         exclusive.add("broker:" + target.split("/")[0])
     elif kind == "zookeeper-kill":
         exclusive.add("coordination")
+    elif kind in COORDINATOR_KINDS:
+        # The coordinating cluster is the destination: its one broker down at a time.
+        exclusive.add("broker:dst")
+        if kind == "coordinator-pause":
+            # A frozen leader keeps its partitions until the cluster fences it: the store is out.
+            exclusive.add("coordination")
     elif kind in ("partition-expand", "topic-readd", "topic-add"):
         exclusive.add(f"topic:{target}")
         if kind == "partition-expand":
             shared.add("broker:src")  # new replicas need every source broker up
         else:
-            shared.add("coordination")  # a REST call the controller writes to ZooKeeper
+            shared.add("coordination")  # a REST call the controller writes to the store
     return replace(fault, exclusive=frozenset(exclusive), shared=frozenset(shared))
 
 
