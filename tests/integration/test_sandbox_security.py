@@ -246,7 +246,7 @@ def test_the_balancer_role_alone_is_enough_to_balance(secure_sandbox: Sandbox) -
         store.start("e1", {"moves": []}, {"throttle": 1})
         execution = store.load("e1")
         assert execution is not None and execution.plan == {"moves": []}
-        # Ended, so a later execution on this session's cluster is not refused as a conflict.
+        # Ended, so a later execution on the shared secured cluster is not refused as a conflict.
         store.save_progress("e1", {"status": "done", "heartbeat": time.time(), "moves": {}})
     finally:
         store.close()
