@@ -5,9 +5,11 @@ cannot pass unchanged are copied record by record, with the reason in their stat
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -15,17 +17,96 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from strait.demo import create_topic
 from strait.sandbox import Sandbox
+from strait.worker.batch.answers import fetched_partitions
+from strait.worker.batch.link import Links
 from strait.worker.batch.records import split_batches
-from strait.worker.batch.wire import BrokerLink
 from strait.worker.copier import Copier, PartitionStats
 from strait.worker.task import PartitionTask
 from tests.integration import faults
-from tests.integration.test_batch_wire import payload, produce_mixed, read_all, uid
 
 pytestmark = pytest.mark.integration
 
 ROUTE = "batch-route"
 TIMEOUT_S = 240  # the machine can be very loaded: generous, never a timed assertion
+
+Row = tuple[Any, ...]  # key, value, headers, (timestamp type, timestamp), offset
+
+
+def uid() -> str:
+    return uuid.uuid4().hex[:6]
+
+
+def produce_mixed(props: Mapping[str, Any], topic: str, count: int, codec: str, seed: int) -> None:
+    """Records of every shape: null and empty keys and values, several headers (one null),
+    sizes from 0 to 3 KB, explicit timestamps out of order."""
+    rng = random.Random(seed)
+    producer = Producer(
+        {**props, "compression.type": codec, "linger.ms": 20, "batch.size": 16384, "enable.idempotence": True}
+    )
+    # Backdated an hour, out of order; older than retention.ms (7 days) would be deleted at once.
+    base_ts = int(time.time() * 1000) - 3_600_000
+    for i in range(count):
+        key = None if i % 17 == 0 else (b"" if i % 23 == 0 else f"key-{i}-{rng.random()}".encode())
+        size = rng.choice([0, 10, 100, 1000, 3000])
+        value = None if i % 29 == 0 else bytes(rng.getrandbits(8) for _ in range(size // 4)) + b"x" * (size - size // 4)
+        headers: list[tuple[str, str | bytes | None]] | None = (
+            [("n", f"{i}".encode()), ("empty", b""), ("null", None), ("n", b"dup")] if i % 3 else None
+        )
+        producer.produce(topic, key=key, value=value, headers=headers, timestamp=base_ts + rng.randint(-(10**6), 10**6))
+        if i % 500 == 0:
+            producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def read_all(props: Mapping[str, Any], topic: str, partition: int = 0) -> list[Row]:
+    consumer = Consumer(
+        {
+            **props,
+            "group.id": f"verify-{uid()}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        rows: list[Row] = []
+        while True:
+            msg = consumer.poll(10)
+            assert msg is not None, f"no record from {topic} after {len(rows)}"
+            error = msg.error()
+            if error is not None:
+                if error.code() == -191:  # _PARTITION_EOF: the end read before, nothing produced since
+                    break
+                raise AssertionError(error)
+            rows.append((msg.key(), msg.value(), msg.headers(), msg.timestamp(), msg.offset()))
+        return rows
+    finally:
+        consumer.close()
+
+
+def payload(rows: list[Row]) -> list[tuple[Any, ...]]:
+    return [(k, v, h, ts) for k, v, h, ts, _ in rows]
+
+
+def raw_records(props: Mapping[str, Any], topic: str, max_bytes: int) -> bytes:
+    """The record batches of partition 0 from offset 0 as the broker stores them (one Fetch)."""
+    links = Links(props, props, client_id=f"test-raw-{uid()}")
+    try:
+        key = (topic, 0)
+        leader = links.source.leaders(topic)[0]
+        future = links.source.fetch(
+            leader, {key: 0}, partition_max_bytes={key: max_bytes}, max_bytes=max_bytes, max_wait_ms=500
+        )
+        deadline = time.monotonic() + 60
+        while not future.is_done and time.monotonic() < deadline:
+            links.poll(0.1)
+        assert future.is_done and future.succeeded(), f"fetch of {topic}-0: {future.exception}"
+        fetched = fetched_partitions(future.value)[key]
+        assert fetched.error_code == 0, fetched.error_code
+        return fetched.records
+    finally:
+        links.close()
 
 
 def wait_for(check: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S) -> None:
@@ -263,9 +344,7 @@ def test_checkpoint_inside_a_batch_resumes_in_batch_mode(sandbox: Sandbox, make_
     create_topic(src, topic, 1)
     produce_mixed(src, topic, 600, "gzip", seed=5)
     source_rows = read_all(src, topic)
-    with BrokerLink(src) as link:
-        fetched = link.fetch(link.leader(topic, 0), topic, 0, 0, max_bytes=16 * 1024 * 1024)
-    batches = [b for b in split_batches(fetched.records).batches if b.record_count >= 2]
+    batches = [b for b in split_batches(raw_records(src, topic, 16 * 1024 * 1024)).batches if b.record_count >= 2]
     checkpoint = batches[len(batches) // 2].base_offset + 1  # inside a batch, by construction
     group = f"g-{uid()}"
     committer = Consumer({**src, "group.id": group, "enable.auto.commit": False})
@@ -407,9 +486,7 @@ def test_a_backlog_of_small_uncompressed_batches_drains_merged_in_batch_mode(
     copied_rows = read_all(dst, topic)
     assert payload(copied_rows) == payload(source_rows)  # each record once, in order
     assert [o for *_, o in copied_rows] == list(range(len(source_rows)))
-    with BrokerLink(dst) as link:
-        fetched = link.fetch(link.leader(topic, 0), topic, 0, 0, max_bytes=32 * 1024 * 1024)
-    copied_batches = split_batches(fetched.records).batches
+    copied_batches = split_batches(raw_records(dst, topic, 32 * 1024 * 1024)).batches
     assert sum(b.record_count for b in copied_batches) == len(source_rows)
     assert len(copied_batches) < len(source_rows) // 4 // 10, len(copied_batches)  # merged
 

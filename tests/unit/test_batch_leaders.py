@@ -6,7 +6,7 @@ import pytest
 from kafka.future import Future
 
 from strait.worker.batch.leaders import LeaderCache
-from strait.worker.batch.wire import WireError
+from strait.worker.batch.protocol import WireError
 
 
 class Clock:

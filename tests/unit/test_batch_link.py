@@ -11,7 +11,7 @@ import pytest
 from kafka.errors import KafkaConnectionError, UnknownBrokerIdError
 
 from strait.worker.batch.link import ClusterLink
-from strait.worker.batch.wire import WireError
+from strait.worker.batch.protocol import WireError
 
 
 class Client:

@@ -19,8 +19,8 @@ from kafka.errors import KafkaConnectionError
 from strait.sandbox.certs import issue_all
 from strait.worker.batch import answers, transport
 from strait.worker.batch.answers import produced_partitions
+from strait.worker.batch.protocol import Produced
 from strait.worker.batch.transport import read_available
-from strait.worker.batch.wire import Produced
 
 PAYLOAD = os.urandom(3 * 1024 * 1024 + 17)
 

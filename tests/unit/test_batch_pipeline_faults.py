@@ -6,7 +6,7 @@ from __future__ import annotations
 from kafka.future import Future
 
 from strait.worker.batch.link import Key
-from strait.worker.batch.wire import WireError
+from strait.worker.batch.protocol import WireError
 from tests.unit.test_batch_pipeline import FakeDestination, payloads, run, setup, source_log, start
 
 

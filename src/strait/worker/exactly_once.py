@@ -13,11 +13,6 @@ from strait.worker.transactional import TransactionalPipeline
 from strait.worker.transactional_checkpoints import DestinationCheckpoints, destination_group
 
 
-def exactly_once_available() -> bool:
-    """Exactly-once delivery is built in (tests and benchmarks ask before using it)."""
-    return True
-
-
 def exactly_once_parts(
     route: RouteConfig,
     *,

@@ -1,4 +1,5 @@
-"""The pass-through (batch) copier, route option ``copy: batch`` (issue 12).
+"""The pass-through (batch) copier, route option ``copy: batch``: whole record batches copied
+without decompressing them.
 
 :class:`~strait.worker.batch.pipeline.BatchPipeline` is the copier's third kind of pipeline:
 it moves whole record batches over :mod:`link` (raw Fetch/Produce on kafka-python's protocol
@@ -8,6 +9,6 @@ per-partition accounting in :mod:`partition`, partition leaders from
 from :mod:`rtts`. The pure rules it strings
 together: record batch v2 parsing and rewriting (``records``), which fetched batches are
 produced (``select``), batch or record mode per partition (``compat``), idempotent sequences
-(``sequences``), what to do with a produce answer (``outcomes``). ``wire`` is the earlier
-single-partition prototype, kept for its tests and ``bench`` (the CPU figures of the data path).
+(``sequences``), what to do with a produce answer (``outcomes``). :mod:`protocol` holds the
+request versions and the answers' plain values; ``bench`` measures the per-batch CPU work.
 """

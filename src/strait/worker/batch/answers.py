@@ -8,7 +8,7 @@ from collections import OrderedDict
 from typing import Any
 
 from strait.worker.batch.outcomes import error_name
-from strait.worker.batch.wire import FetchedPartition, Produced, WireError
+from strait.worker.batch.protocol import FetchedPartition, Produced, WireError
 
 Key = tuple[str, int]
 

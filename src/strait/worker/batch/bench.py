@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from crc32c import crc32c
 
@@ -175,81 +173,6 @@ def bench_protocol(batch_sizes: list[int], min_seconds: float) -> list[str]:
     return rows
 
 
-def _settle(link: Any, model: SequenceModel, pending: deque[tuple[Any, dict[tuple[str, int], int]]]) -> None:
-    future, sequences = pending.popleft()
-    for key, answer in link.produced(future).items():
-        if answer.error_code:
-            raise RuntimeError(f"produce to {key}: error {answer.error_code}")
-        model.acknowledged(key, sequences[key])
-
-
-def bench_wire(
-    src_props: dict[str, str], dst_props: dict[str, str], *, partitions: int = 8, rounds: int = 150
-) -> list[str]:
-    """CPU per batch of producing real batches to a cluster (``dst_props``) through kafka-python,
-    one partition per request against all ``partitions`` in one request (up to 5 requests in
-    flight). ``src_props`` is unused but kept for symmetry with a full copy."""
-    del src_props
-    import uuid
-
-    from kafka.record.default_records import DefaultRecordBatchBuilder
-
-    from strait.demo import create_topic
-    from strait.worker.batch.wire import BrokerLink
-
-    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
-    value = os.urandom(1024)
-    for i in range(32):
-        builder.append(i, int(time.time() * 1000), b"k%d" % i, value, [])
-    [template] = split_batches(bytes(builder.build())).batches
-    rows = [
-        "| partitions per request | batches | requests | CPU ms per batch | CPU s/GB sent | wall s |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    with BrokerLink(dst_props) as link:
-        for per_request in (1, partitions):
-            topic = f"bench-batch-wire-{uuid.uuid4().hex[:6]}"
-            create_topic(dst_props, topic, partitions)
-            leader = link.leader(topic, 0)
-            for p in range(partitions):  # a new topic's partitions answer NOT_LEADER until loaded
-                deadline = time.monotonic() + 30
-                while link.fetch(leader, topic, p, 0, max_wait_ms=0).error_code and time.monotonic() < deadline:
-                    time.sleep(0.1)
-            identity = link.init_producer_id()
-            model = SequenceModel(identity)
-            pending: deque[tuple[Any, dict[tuple[str, int], int]]] = deque()
-
-            sent = requests = 0
-            wall, cpu = time.monotonic(), time.thread_time()
-            for _ in range(rounds):
-                for first in range(0, partitions, per_request):
-                    group: dict[tuple[str, int], bytearray] = {}
-                    sequences: dict[tuple[str, int], int] = {}
-                    if len(pending) >= 5:  # kafka-python's limit per connection
-                        _settle(link, model, pending)
-                    for p in range(first, first + per_request):
-                        key = (topic, p)
-                        sequences[key] = model.assign(key, template.record_count)
-                        group[key] = rewrite(
-                            template,
-                            producer_id=identity.producer_id,
-                            producer_epoch=identity.epoch,
-                            base_sequence=sequences[key],
-                        )
-                    pending.append((link.produce_async(leader, group), sequences))
-                    requests += 1
-                    sent += sum(len(b) for b in group.values())
-            while pending:
-                _settle(link, model, pending)
-            cpu, wall = time.thread_time() - cpu, time.monotonic() - wall
-            batches = rounds * partitions
-            rows.append(
-                f"| {per_request} | {batches:,} | {requests:,} | {cpu / batches * 1e3:.3f} | {cpu / (sent / 1e9):.2f} "
-                f"| {wall:.1f} |"
-            )
-    return rows
-
-
 def run(*, min_seconds: float = 1.0, blob_bytes: int = 1024 * 1024, quick: bool = False) -> str:
     crc_sizes = [1024, 65536] if quick else [1024, 16384, 1024 * 1024]
     batch_sizes = [1024] if quick else [1024, 16384, 65536, 1024 * 1024]
@@ -272,19 +195,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--min-seconds", type=float, default=1.0, help="CPU seconds per figure (default 1)")
     parser.add_argument("--blob-mb", type=float, default=1.0, help="bytes per fetched blob, MB (default 1)")
-    parser.add_argument(
-        "--produce-to",
-        metavar="BOOTSTRAP",
-        help="also produce real batches to this (plaintext) cluster: CPU per batch, 1 vs 8 partitions per request",
-    )
     args = parser.parse_args()
     print(run(min_seconds=args.min_seconds, blob_bytes=int(args.blob_mb * 1024 * 1024)))
-    if args.produce_to:
-        props = {"bootstrap.servers": args.produce_to}
-        print()
-        print(f"producing 32 KB batches (32 records of 1 KB, uncompressed) to {args.produce_to}, one thread:")
-        print()
-        print("\n".join(bench_wire(props, props)))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """Non-blocking raw-batch I/O for the batch pipeline: one kafka-python network selector shared
 by the source and the destination cluster, so one thread drives fetches and produces at once.
 
-Why kafka-python 3 (see also :mod:`strait.worker.batch.wire`): its request classes are generated
-from Kafka's own JSON schemas and carry the ``records`` field as plain bytes both ways, and its
-connection layer speaks SASL and TLS with the options :func:`strait.clients.kafka_python_options`
-builds. Every call here returns a kafka-python ``Future`` (or answers at once from a cache);
-:meth:`Links.poll` drives both clusters' sockets. The sockets' reads and the response parser are
-in :mod:`strait.worker.batch.transport`; answers are read into plain values in
+Why kafka-python 3: its request classes are generated from Kafka's own JSON schemas and carry
+the ``records`` field as plain bytes both ways (no hand-written encoder is needed; the versions
+used are in :mod:`strait.worker.batch.protocol`), and its connection layer speaks SASL and TLS
+with the options :func:`strait.clients.kafka_python_options` builds. Every call here returns a
+kafka-python ``Future`` (or answers at once from a cache); :meth:`Links.poll` drives both
+clusters' sockets. The sockets' reads and the response parser are in
+:mod:`strait.worker.batch.transport`; answers are read into plain values in
 :mod:`strait.worker.batch.answers`.
 
 Requests:
@@ -35,8 +36,8 @@ from strait.worker.batch.answers import leaders_of
 from strait.worker.batch.answers import produced_partitions as produced_partitions
 from strait.worker.batch.compat import DestinationTopic
 from strait.worker.batch.outcomes import error_name
+from strait.worker.batch.protocol import FETCH_MAX_VERSION, PRODUCE_MAX_VERSION, READ_COMMITTED, WireError
 from strait.worker.batch.transport import manager_class
-from strait.worker.batch.wire import FETCH_MAX_VERSION, PRODUCE_MAX_VERSION, READ_COMMITTED, WireError
 
 TOPIC_RESOURCE = 2
 # Requests outstanding per connection: the pipeline keeps at most 5 batches in flight per

@@ -27,10 +27,10 @@ from typing import Any, NamedTuple
 from strait.worker.batch.compat import DestinationTopic, Mode, ModeDecision, Reason, decide_mode
 from strait.worker.batch.merging import MERGED_MAX_BYTES, follows, merge, mergeable
 from strait.worker.batch.outcomes import Outcome, produce_outcome
+from strait.worker.batch.protocol import FetchedPartition, Produced
 from strait.worker.batch.records import RecordBatch, rewrite, split_batches, tail_batch
 from strait.worker.batch.select import Action, select_batches
 from strait.worker.batch.sequences import MAX_IN_FLIGHT, ProducerIdentity, increment_sequence
-from strait.worker.batch.wire import FetchedPartition, Produced
 from strait.worker.checkpoint import AckTracker
 from strait.worker.pipeline import PartitionState
 
