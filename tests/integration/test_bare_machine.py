@@ -139,7 +139,8 @@ def test_a_sandbox_starts_on_the_bundled_jdk(
 ) -> None:
     state_dir = tmp_path_factory.mktemp("bare-sandbox")
     strait = str(VENV_BIN / "strait")
-    up = ["sandbox", "up", "--clusters", "src", "--log-dirs", "1", "--timeout", "600", "--state-dir", str(state_dir)]
+    up = ["sandbox", "up", "--clusters", "src", "--zookeeper", "--log-dirs", "1", "--timeout", "600"]
+    up += ["--state-dir", str(state_dir)]
     try:
         _run([strait, *up, "--json"], bare_env, timeout=900)
         sb = Sandbox.load(state_dir)

@@ -125,9 +125,10 @@ def test_cli_up_json_and_down(tmp_path: Path) -> None:
     assert up.returncode == 0, up.stderr
     description = json.loads(up.stdout)
     assert set(description) == {"zookeeper", "clusters"}
+    assert description["zookeeper"] is None  # none unless asked for: Strait coordinates on Kafka by default
     assert description["clusters"]["a"]["brokers"][0]["id"] == 1
     pids = Sandbox.load(state_dir).running_pids()
-    assert len(pids) == 2
+    assert len(pids) == 1
     down = subprocess.run(
         [sys.executable, "-m", "strait", "sandbox", "down", "--state-dir", str(state_dir)],
         capture_output=True, text=True, timeout=120,

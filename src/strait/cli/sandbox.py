@@ -1,4 +1,4 @@
-"""``strait sandbox``: real Kafka clusters and a ZooKeeper on this machine."""
+"""``strait sandbox``: real Kafka clusters on this machine, and a ZooKeeper when asked for one."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from rich.table import Table
 
 # strait.sandbox is a tool, outside the runtime's import graph: each command imports it when it runs.
 
-app = typer.Typer(help="Start, inspect and stop real Kafka (KRaft) clusters and a ZooKeeper on 127.0.0.1.")
+app = typer.Typer(
+    help="Start, inspect and stop real Kafka (KRaft) clusters on 127.0.0.1, and a ZooKeeper with --zookeeper."
+)
 broker_app = typer.Typer(help="Fault controls for one broker: stop, kill -9, start, pause (SIGSTOP), resume.")
-zookeeper_app = typer.Typer(help="Fault controls for the sandbox's ZooKeeper: stop, kill -9, start.")
+zookeeper_app = typer.Typer(help="Fault controls for the sandbox's ZooKeeper (up --zookeeper): stop, kill -9, start.")
 app.add_typer(broker_app, name="broker")
 app.add_typer(zookeeper_app, name="zookeeper")
 
@@ -59,7 +61,9 @@ def up(
     brokers: Annotated[int, typer.Option(help="Brokers per cluster.")] = 1,
     racks: Annotated[int, typer.Option(help="Spread brokers over racks r1..rN (sets broker.rack); 0 = no racks.")] = 0,
     log_dirs: Annotated[int, typer.Option("--log-dirs", help="Log dirs (disks) per broker.")] = 2,
-    zookeeper_port: Annotated[int | None, typer.Option(help="ZooKeeper client port [default: a free one].")] = None,
+    zookeeper_port: Annotated[
+        int | None, typer.Option(help="ZooKeeper client port (implies --zookeeper) [default: a free one].")
+    ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for every broker to register.")] = 180.0,
     security: Annotated[
         str,
@@ -70,12 +74,18 @@ def up(
         ),
     ] = "plaintext",
     with_zookeeper: Annotated[
-        bool, typer.Option("--zookeeper/--no-zookeeper", help="Also start a ZooKeeper (Strait's controllers need one).")
-    ] = True,
+        bool,
+        typer.Option(
+            "--zookeeper/--no-zookeeper",
+            help="Also start a ZooKeeper, for fleets configured with coordination.zookeeper (a fleet on the "
+            "Kafka store, coordination.kafka, needs none).",
+        ),
+    ] = False,
     state_dir: StateDir = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the sandbox.")] = False,
 ) -> None:
-    """Start ZooKeeper and the named clusters; return once every broker answers metadata requests."""
+    """Start the named clusters (and a ZooKeeper with --zookeeper); return once every broker answers
+    metadata requests."""
     from strait.sandbox import Sandbox, SandboxError, SandboxSpec
     from strait.sandbox.security import parse_option
 
@@ -83,7 +93,8 @@ def up(
     try:
         spec = SandboxSpec(
             clusters=tuple(c.strip() for c in clusters.split(",") if c.strip()),
-            brokers=brokers, racks=racks, log_dirs=log_dirs, state_dir=state_dir, zookeeper=with_zookeeper,
+            brokers=brokers, racks=racks, log_dirs=log_dirs, state_dir=state_dir,
+            zookeeper=with_zookeeper or zookeeper_port is not None,
             zookeeper_port=zookeeper_port, startup_timeout_s=timeout, security=parse_option(security),
         )
         sandbox = Sandbox.up(spec)
