@@ -4,6 +4,10 @@ confluent-kafka (librdkafka) carries the data path and the admin calls it suppor
 kafka-python covers the admin APIs librdkafka lacks (KIP-455 partition reassignment,
 KIP-113 log dirs). Cluster properties are librdkafka-style maps and pass through unchanged,
 so TLS/SASL settings configured for a cluster reach every client made for it.
+
+A reload rotates SASL credentials (:func:`rotate_credentials`): every librdkafka client made here
+is kept in a registry of weak references with the credentials it uses. kafka-python clients take
+their options once, when made, and keep them for every connection they open later.
 """
 
 from __future__ import annotations
@@ -99,6 +103,63 @@ def _merge(props: ClusterProps, overrides: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+# The properties a client's SASL credentials are recognised by: the cluster and the credentials.
+_CREDENTIAL_SIGNATURE = ("bootstrap.servers", "sasl.username", "sasl.password")
+
+
+def _signature(props: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(props.get(key) for key in _CREDENTIAL_SIGNATURE)
+
+
+class _LiveClients:
+    """The librdkafka clients alive in this process, each with the SASL credentials it uses.
+
+    Weak references only: a client closed and dropped by its owner leaves the registry with it.
+    """
+
+    def __init__(self) -> None:
+        self._clients: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def add(self, client: Any, config: Mapping[str, Any]) -> None:
+        if config.get("sasl.username") is None and config.get("sasl.password") is None:
+            return  # nothing to rotate
+        with self._lock:
+            self._clients[client] = _signature(config)
+
+    def rotate(self, old: tuple[Any, ...], new: tuple[Any, ...]) -> int:
+        with self._lock:
+            clients = [client for client, signature in self._clients.items() if signature == old]
+        for client in clients:
+            client.set_sasl_credentials(str(new[1]), str(new[2]))
+            with self._lock:
+                self._clients[client] = new
+        return len(clients)
+
+
+_live = _LiveClients()
+
+
+def rotate_credentials(props: dict[str, Any], credentials: Mapping[str, str]) -> int:
+    """Give a cluster's live librdkafka clients new SASL credentials; returns how many took them.
+
+    ``props`` is the cluster's property map every client of the cluster is made from (the running
+    configuration's ``clusters.<name>``): the new values are written into it, so clients made
+    from now on use them. Only values of keys it already holds change (never its size), so a
+    thread copying it at that moment reads a whole map. A live client (made with the old
+    credentials of the same ``bootstrap.servers``) takes them with ``set_sasl_credentials``: its
+    open connections stay authenticated as they are, its next ones authenticate anew.
+    """
+    old = _signature(props)
+    for key, value in credentials.items():
+        if key not in props:
+            raise KeyError(f"{key}: not set for this cluster; a new credential key needs a restart")
+        remember(value)
+    for key, value in credentials.items():
+        props[key] = value
+    return _live.rotate(old, _signature(props))
+
+
 class _AdminLogPump:
     """Serves the log queues of live admin clients.
 
@@ -142,8 +203,10 @@ _pump = _AdminLogPump()
 
 def admin(props: ClusterProps, **overrides: Any) -> AdminClient:
     """A librdkafka admin client for a cluster."""
-    client = AdminClient(_merge(props, overrides))
+    config = _merge(props, overrides)
+    client = AdminClient(config)
     _pump.add(client)
+    _live.add(client, config)
     return client
 
 
@@ -246,12 +309,18 @@ class Producer(confluent_kafka.Producer):
 
 def consumer(props: ClusterProps, **overrides: Any) -> Consumer:
     """A librdkafka consumer; callers pass group/offset settings as overrides (dots allowed via dict)."""
-    return Consumer(_merge(props, overrides))
+    config = _merge(props, overrides)
+    client = Consumer(config)
+    _live.add(client, config)
+    return client
 
 
 def producer(props: ClusterProps, **overrides: Any) -> Producer:
     """A librdkafka producer."""
-    return Producer(_merge(props, overrides))
+    config = _merge(props, overrides)
+    client = Producer(config)
+    _live.add(client, config)
+    return client
 
 
 def kafka_python_options(props: ClusterProps) -> dict[str, Any]:

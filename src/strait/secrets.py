@@ -129,6 +129,13 @@ def resolve(data: Any, environ: Mapping[str, str], path: str = "") -> Any:
     return resolved
 
 
+def referenced_files(text: str) -> list[Path]:
+    """The files ``${file:/path}`` references in ``text`` name (a reload watches them too)."""
+    return sorted(
+        {Path(target.strip()) for kind, target in _REFERENCE.findall(text) if kind == "file" and target.strip()}
+    )
+
+
 def _lookup(match: re.Match[str], environ: Mapping[str, str], path: str) -> str:
     kind, target = match.group(1), match.group(2).strip()
     if not target:

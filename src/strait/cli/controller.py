@@ -27,7 +27,7 @@ def controller(
     from strait.controller.server import serve
 
     logformat.configure(log_level, log_format)  # secrets masked in either format
-    serve(load_or_exit(config), controller_id=controller_id, listen=listen)
+    serve(load_or_exit(config), controller_id=controller_id, listen=listen, config_path=config)
 
 
 def load_or_exit(path: Path) -> StraitConfig:

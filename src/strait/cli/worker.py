@@ -33,7 +33,7 @@ def worker(
     if pool is not None:
         settings = with_pool(settings, pool)
     require_token(settings.observability.metrics_token)  # the worker's /metrics needs it, when set
-    run_worker(settings, worker_id or socket.gethostname())
+    run_worker(settings, worker_id or socket.gethostname(), config_path=config, pool=pool)
 
 
 def with_pool(config: StraitConfig, pool: str) -> StraitConfig:

@@ -1,17 +1,21 @@
-"""Run one controller process: the control loop in a thread, the REST API in the foreground."""
+"""Run one controller process: the control loop in a thread, the REST API in the foreground;
+SIGHUP (or a change of the configuration file or of a secret file it references) reloads the
+configuration (strait.reload)."""
 
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import threading
 import uuid
+from pathlib import Path
 
 import uvicorn
 
 from strait.access_errors import name_clusters
 from strait.balancer.watcher import BalanceWatcher
-from strait.config import StraitConfig
+from strait.config import StraitConfig, load_config
 from strait.controller.discovery import SourceMetadata
 from strait.controller.groupsync import GroupSync
 from strait.controller.loop import Controller
@@ -24,6 +28,8 @@ from strait.metrics.balance import read_executions
 from strait.metrics.healing import HealingPolicy
 from strait.metrics.observatory import Observatory, ObservatorySettings
 from strait.metrics.probe import OffsetProbe
+from strait.reload.plan import ReloadPlan
+from strait.reload.reloader import Reloader
 from strait.web.app import create_app
 from strait.web.balance import mount_balance_watch
 from strait.web.dashboard import mount_observability
@@ -38,9 +44,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
-def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str | None = None) -> None:
+def serve(
+    config: StraitConfig,
+    *,
+    controller_id: str | None = None,
+    listen: str | None = None,
+    config_path: Path | None = None,
+) -> None:
     """Serve until SIGINT/SIGTERM: uvicorn handles the signals, then the loop stops and
-    leadership is released so a standby takes over at once instead of after a session timeout."""
+    leadership is released so a standby takes over at once instead of after a session timeout.
+
+    With ``config_path``, SIGHUP and changes of that file reload it."""
     name_clusters(config.clusters)
     host, _, port_text = (listen or config.controller.listen).rpartition(":")
     port = int(port_text) or free_port(host)
@@ -125,6 +139,20 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
         topic_config=follower.view if follower is not None else None,
         balance_watch=watcher.view if watcher is not None else None,
     )
+    reloader: Reloader | None = None
+    if config_path is not None:
+        path = config_path
+
+        def apply(plan: ReloadPlan, running: StraitConfig) -> None:
+            if plan.added or plan.removed or plan.changed:
+                # Topic discovery and the API read the routes from here at each use.
+                controller.config = running
+                service.config = running
+                controller.wake()
+
+        reloader = Reloader(path=path, load=lambda: load_config(path), running=config, role="controller", apply=apply)
+        signal.signal(signal.SIGHUP, lambda _signum, _frame: reloader.request() if reloader is not None else None)
+        reloader.start()
     log.info("controller %s: API on %s", identity.id, identity.api_url)
     tls = config.controller.tls
     try:
@@ -138,6 +166,8 @@ def serve(config: StraitConfig, *, controller_id: str | None = None, listen: str
             ssl_keyfile=str(tls.key) if tls is not None else None,
         )
     finally:
+        if reloader is not None:
+            reloader.stop()
         observatory.stop()
         controller.stop()
         if group_sync is not None:

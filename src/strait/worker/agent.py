@@ -191,16 +191,23 @@ class WorkerAgent:
         self._restarts_lock = threading.Lock()
         self._exit_reason: str | None = None
         self._exit = exit
+        # Each route's source properties, for the watchdog; a reload adds the routes it adds.
+        self._route_sources: dict[str, Mapping[str, Any]] = {r.name: config.clusters[r.source] for r in config.routes}
         self._watchdog = Watchdog(
             watchdog or Bounds.derived(delivery_timeout_s=PipelineSettings().delivery_timeout_ms / 1000),
             partitions=self._watch_samples,
-            fresh_ends=FreshEnds({r.name: config.clusters[r.source] for r in config.routes}),
+            fresh_ends=FreshEnds(self._route_sources),
             restart=self._request_restart,
             exit=self._watchdog_exit,
         )
         if metrics is not None:
             metrics.watchdog_actions = lambda: dict(self._watchdog.actions)
         self._copiers: dict[str, RouteCopier] = {}
+        # Copiers of routes a reload removed or changed, until their revokes finished.
+        self._retiring: dict[str, RouteCopier] = {}
+        self._starting: set[str] = set()  # routes whose copier starts once the old one stopped
+        self._reload: RouteReload | None = None  # handed over by the reloader's thread
+        self._reload_lock = threading.Lock()
         self._tasks: dict[PartitionKey, PartitionTask] = {}  # what this worker holds
         self._state = WorkerState.JOINING
         self._wake = threading.Event()
@@ -224,6 +231,25 @@ class WorkerAgent:
     def request_drain(self) -> None:
         """Hand every partition over and leave (SIGTERM lands here). Safe from signal handlers."""
         self._drain.set()
+        self._wake.set()
+
+    def reconfigure(
+        self, config: StraitConfig, *, added: Iterable[str], removed: Iterable[str], changed: Iterable[str]
+    ) -> None:
+        """Run ``config``'s routes from the next step on (the reloader's thread lands here).
+
+        A removed route's copier revokes its partitions (final checkpoints) and stops; a changed
+        route's copier does the same, then a new one starts and takes the partitions still
+        assigned here from their checkpoints; an added route's copier starts.
+        """
+        with self._reload_lock:
+            pending = self._reload or RouteReload(config)
+            self._reload = RouteReload(
+                config,
+                pending.added | set(added),
+                pending.removed | set(removed),
+                pending.changed | set(changed),
+            )
         self._wake.set()
 
     def run(self) -> None:
@@ -361,6 +387,7 @@ class WorkerAgent:
             self._tasks.clear()
             self._leave()
             return
+        self._reconfigure_routes()
         since = self._lease.revocations()
         assignment = self.store.read_worker_assignment(self.id)
         self._lease.confirm(since)  # read through a live session just now
@@ -380,6 +407,36 @@ class WorkerAgent:
             self._publish_holding(held)
         if time.monotonic() >= self._next_stats:
             self._publish_stats()
+
+    def _reconfigure_routes(self) -> None:
+        """Apply a reload's route changes (see `reconfigure`), one step at a time: revokes run in
+        the copiers' threads, and a retired copier stops once they finished."""
+        with self._reload_lock:
+            pending, self._reload = self._reload, None
+        if pending is not None:
+            self.config = pending.config
+            self._route_sources.update({r.name: pending.config.clusters[r.source] for r in pending.config.routes})
+            for name in sorted(pending.removed | pending.changed):
+                if name in self._copiers:
+                    self._release({key for key in self._tasks if key.route == name})
+                    self._retiring[name] = self._copiers.pop(name)
+                    log.info("route %s: revoking its partitions before its copier stops", name)
+            self._starting |= pending.added | pending.changed
+        for name, copier in list(self._retiring.items()):
+            if not copier.assigned():
+                copier.stop(drain=True, timeout_s=self.config.worker.revoke_timeout_s)
+                del self._retiring[name]
+                log.info("route %s: copier stopped", name)
+        routes = {route.name: route for route in self.config.routes}
+        for name in sorted(self._starting - set(self._retiring)):
+            self._starting.discard(name)
+            route = routes.get(name)
+            if route is None or name in self._copiers:
+                continue
+            copier = self._make_copier(route)
+            copier.start()
+            self._copiers[name] = copier
+            log.info("route %s: copier started", name)
 
     def _restart_fenced(self, assignment: Assignment) -> None:
         """Take back partitions whose exactly-once producer was fenced while still ours.
@@ -479,7 +536,7 @@ class WorkerAgent:
     def _held(self) -> set[PartitionKey]:
         """What this worker may still write to: its tasks, and partitions still being revoked."""
         held = set(self._tasks)
-        for copier in self._copiers.values():
+        for copier in [*self._copiers.values(), *self._retiring.values()]:
             held |= {PartitionKey(t.route, t.topic, t.partition) for t in copier.assigned()}
         return held
 
@@ -490,6 +547,8 @@ class WorkerAgent:
         tasks = {}
         for key in keys:
             spec = specs.get((key.route, key.topic))
+            if key.route in self._retiring or key.route in self._starting:
+                continue  # its copier is being replaced: taken once the new one runs
             if spec is None or key.route not in self._copiers:
                 log.warning("assigned %s but its topic or route is unknown here; skipping", key)
                 continue
@@ -573,13 +632,27 @@ class WorkerAgent:
 
     def _shutdown(self) -> None:
         self._watchdog.stop()
-        for copier in self._copiers.values():
+        for copier in [*self._copiers.values(), *self._retiring.values()]:
             try:
                 copier.stop(drain=True, timeout_s=self.config.worker.revoke_timeout_s)
             except Exception:
                 log.exception("copier did not stop cleanly")
         self._keeper.stop()  # after the copiers: their final commits need a confirmed lease
         self.store.close()
+
+
+class RouteReload:
+    """Route changes a reload hands to the agent's loop."""
+
+    def __init__(
+        self,
+        config: StraitConfig,
+        added: AbstractSet[str] = frozenset(),
+        removed: AbstractSet[str] = frozenset(),
+        changed: AbstractSet[str] = frozenset(),
+    ) -> None:
+        self.config = config
+        self.added, self.removed, self.changed = set(added), set(removed), set(changed)
 
 
 def normalise_stats(entry: Any) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """Run one worker process: the agent in the foreground; SIGTERM/SIGINT start a drain, a second
-one stops at once."""
+one stops at once; SIGHUP (or a change of the configuration file or of a secret file it
+references) reloads the configuration (strait.reload)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 
 from strait.access_errors import name_clusters
-from strait.config import StraitConfig
+from strait.config import StraitConfig, load_config
 from strait.coordination import open_store
 from strait.coordination.store import CoordinationStore, StoreUnavailable
 from strait.metrics.exposition import serve_metrics
 from strait.metrics.worker import WorkerMetrics
+from strait.reload.plan import ReloadPlan
+from strait.reload.reloader import Reloader
 from strait.worker.agent import LEASE_FRACTION, WorkerAgent, copier_factory, copy_mode
 from strait.worker.lease import Lease
 from strait.worker.stalls import freeze_heap
@@ -50,8 +54,13 @@ def _exit_now(reason: str) -> None:
     os._exit(WATCHDOG_EXIT_CODE)
 
 
-def run_worker(config: StraitConfig, worker_id: str) -> None:
-    """Copy what the controller assigns to `worker_id` until drained."""
+def run_worker(
+    config: StraitConfig, worker_id: str, *, config_path: Path | None = None, pool: str | None = None
+) -> None:
+    """Copy what the controller assigns to `worker_id` until drained.
+
+    With ``config_path``, SIGHUP and changes of that file reload it (``pool``: the command
+    line's ``--pool``, kept over the file's ``worker.pool``)."""
     name_clusters(config.clusters)  # errors say "cluster dst", not a broker list
     delay_s = 1.0
     while True:
@@ -105,4 +114,26 @@ def run_worker(config: StraitConfig, worker_id: str) -> None:
 
     signal.signal(signal.SIGTERM, drain)
     signal.signal(signal.SIGINT, drain)
-    agent.run()
+    reloader = _reloader(config, config_path, pool, agent) if config_path is not None else None
+    if reloader is not None:
+        signal.signal(signal.SIGHUP, lambda _signum, _frame: reloader.request())
+        reloader.start()
+    try:
+        agent.run()
+    finally:
+        if reloader is not None:
+            reloader.stop()
+
+
+def _reloader(config: StraitConfig, path: Path, pool: str | None, agent: WorkerAgent) -> Reloader:
+    def load() -> StraitConfig:
+        loaded = load_config(path)
+        if pool is None:
+            return loaded
+        return loaded.model_copy(update={"worker": loaded.worker.model_copy(update={"pool": pool})})
+
+    def apply(plan: ReloadPlan, running: StraitConfig) -> None:
+        if plan.added or plan.removed or plan.changed:
+            agent.reconfigure(running, added=plan.added, removed=plan.removed, changed=plan.changed)
+
+    return Reloader(path=path, load=load, running=config, role="worker", apply=apply)
