@@ -37,9 +37,9 @@ _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 NEW_TOPIC_WAIT_S = 5.0
 
 # How long after its arrival `POST /topics/{topic}` waits for the destination topic it creates:
-# long enough for a creation and its leaders (0.2 to 2.3 s measured on a loaded machine), short
-# enough that an HTTP client's timeout does not cut a slow one off (a wait of 10 s did, at load
-# 72, for a client giving up after 10 s); after it, the creation goes on in the background.
+# long enough for a creation and its leaders (0.2 to 2.3 s on a loaded machine), short enough
+# that an HTTP client's timeout (often 10 s) does not cut a slow one off; after it, the creation
+# goes on in the background.
 DESTINATION_WAIT_S = 5.0
 
 

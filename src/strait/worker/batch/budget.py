@@ -230,9 +230,9 @@ class Sharing:
         held_back = bool(arriving)  # a caught-up backlog's last records may be in this window
         if held_back and others is not None:
             # The backlog's old records are in their own topics: the rest of the realtime
-            # records say what the backlog costs, as in any window. (Holding on every such
-            # window let one pace keep 17.9 MB/s through two windows whose p99 was 462 and
-            # 485 ms, most of it the realtime topic's own records: isolation run, 2026-12-02.)
+            # records say what the backlog costs, as in any window. Holding the pace on every
+            # such window would keep it high while the realtime topic's own p99 is far over
+            # the budget.
             window, held_back = others, False
         fetched = self._fetched
         batch_bytes, self._fetched_seen = fetched - self._fetched_seen, fetched

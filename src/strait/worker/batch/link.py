@@ -114,9 +114,9 @@ class ClusterLink:
         """A blocking request (Metadata, DescribeConfigs) to a broker that can answer.
 
         Brokers already connected first, then the least loaded one, then the others, at most
-        ``CALL_TRIES`` of them; one not connected gets ``CONNECT_WAIT_MS`` to become ready. A
-        broker killed with -9 used to hold the pipeline's only thread for the whole request
-        timeout (30 s), every partition with it (seen in a batch-mode chaos run).
+        ``CALL_TRIES`` of them; one not connected gets ``CONNECT_WAIT_MS`` to become ready, so
+        that a broker killed with -9 does not hold the pipeline's only thread (and every
+        partition with it) for the whole request timeout (30 s).
         """
         last: Exception = WireError("no broker available")
         for node in self._nodes_to_try()[:CALL_TRIES]:
