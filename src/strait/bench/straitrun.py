@@ -26,9 +26,22 @@ from strait.sandbox import ports, process
 from strait.web.client import ApiError, ControllerClient
 
 
+def coordination_section(
+    store: str, *, zookeeper: str | None, root: str, session_timeout_s: float, cluster: str = "dst"
+) -> dict[str, Any]:
+    """The configuration's ``coordination``: on ZooKeeper under ``root``, or on Kafka ``cluster``
+    with topics named after ``root`` (so runs sharing a sandbox do not share a fleet)."""
+    if store == "kafka":
+        prefix = "__" + root.strip("/").replace("/", ".")
+        return {"kafka": {"cluster": cluster, "prefix": prefix, "session_timeout_s": session_timeout_s}}
+    if store != "zookeeper" or zookeeper is None:
+        raise ValueError(f"store {store!r}: use kafka, or zookeeper with a ZooKeeper to connect to")
+    return {"zookeeper": {"connect": zookeeper, "root": root, "session_timeout_s": session_timeout_s}}
+
+
 def render_config(
     *,
-    zookeeper: str,
+    zookeeper: str | None,
     root: str,
     src_props: Mapping[str, Any],
     dst_props: Mapping[str, Any],
@@ -38,10 +51,12 @@ def render_config(
     delivery: str | None = None,
     groups: Mapping[str, Any] | None = None,
     copy: str | None = None,
+    store: str = "zookeeper",
 ) -> dict[str, Any]:
     """The configuration every node of the run reads (``delivery``: the route's, when not the
     default; ``groups``: the route's consumer-group sync, when wanted; ``copy``: the route's
-    copy mode, batch or record, when not the default)."""
+    copy mode, batch or record, when not the default; ``store``: where the fleet coordinates,
+    zookeeper or kafka, on ``dst``)."""
     route: dict[str, Any] = {"name": "bench", "source": "src", "destination": "dst"}
     if delivery is not None:
         route["delivery"] = delivery
@@ -50,7 +65,9 @@ def render_config(
     if groups is not None:
         route["groups"] = dict(groups)
     return {
-        "zookeeper": {"connect": zookeeper, "root": root, "session_timeout_s": session_timeout_s},
+        "coordination": coordination_section(
+            store, zookeeper=zookeeper, root=root, session_timeout_s=session_timeout_s
+        ),
         "clusters": {"src": dict(src_props), "dst": dict(dst_props)},
         "routes": [route],
         "controller": {"listen": listen, "api_token": api_token, "refresh_interval_s": 1.0},
@@ -70,7 +87,7 @@ class StraitReplicator:
     def __init__(
         self,
         *,
-        zookeeper: str,
+        zookeeper: str | None,
         src_props: Mapping[str, Any],
         dst_props: Mapping[str, Any],
         workdir: Path,
@@ -81,8 +98,10 @@ class StraitReplicator:
         delivery: str | None = None,
         groups: Mapping[str, Any] | None = None,
         copy: str | None = None,
+        store: str = "zookeeper",
     ) -> None:
         self.parallelism = workers
+        self.store = store
         self.delivery = delivery
         self.copy = copy
         self._workers = workers
@@ -109,6 +128,7 @@ class StraitReplicator:
             delivery=delivery,
             groups=groups,
             copy=copy,
+            store=store,
         )
         self._config_path = self._workdir / f"strait-{self._run_id}.yaml"
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -200,7 +220,8 @@ class StraitReplicator:
             "system": "Strait (controller + worker processes)",
             "workers": self._workers,
             "compression": self._compression,
-            "zookeeper_session_timeout_s": self._session_timeout_s,
+            "coordination": self.store,
+            "session_timeout_s": self._session_timeout_s,
             **({"delivery": self.delivery} if self.delivery is not None else {}),
             **({"copy": self.copy} if self.copy is not None else {}),
         }

@@ -1,14 +1,16 @@
-"""ZooKeeper at scale: a real controller and a few simulated workers over 100,000 partitions.
+"""The coordination store at scale: a real controller and a few simulated workers over 100,000 partitions.
 
 The controller is Strait's own control loop (`Controller.cycle`: snapshot, assignment, fenced
-publish) on a real ZooKeeper; the workers are simulated with Strait's own store calls, as the
-agent makes them: each registers with its own session, reads only its own assignment node,
-announces what it holds and publishes its stats (a summary in ZooKeeper; the whole report
-served over HTTP at `/stats`, which the controller's snapshot fetches). Measured: the size of
-every node (the largest must stay far below ZooKeeper's 1 MB limit), the time to publish an
-assignment (first, and after a worker dies), and the time a worker takes to read its part.
+publish) on a real ZooKeeper, or on a real Kafka cluster (the Kafka store); the workers are
+simulated with Strait's own store calls, as the agent makes them: each registers with its own
+session, reads only its own assignment, announces what it holds and publishes its stats (a
+summary in the store; the whole report served over HTTP at `/stats`, which the controller's
+snapshot fetches). Measured: the size of every node, or on Kafka of every record of the
+coordination topics (the largest must stay far below ZooKeeper's 1 MB limit and the broker's
+default `max.message.bytes`, 1 MB), the time to publish an assignment (first, and after a
+worker dies), and the time a worker takes to read its part.
 
-Run: `strait bench zookeeper [--partitions 100000] [--workers 5] [--zookeeper HOST:PORT]`.
+Run: `strait bench zookeeper [--store kafka|zookeeper] [--partitions 100000] [--workers 5]`.
 """
 
 from __future__ import annotations
@@ -21,19 +23,22 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from confluent_kafka import TopicPartition
 from kazoo.client import KazooClient
 from prometheus_client import CollectorRegistry
 
+from strait import clients
+from strait.bench.straitrun import coordination_section
 from strait.config import parse_config
 from strait.controller.discovery import SourceMetadata
 from strait.controller.loop import Controller
-from strait.coordination import connect
+from strait.coordination import connect, connect_kafka
 from strait.coordination.model import LeaderInfo, PartitionKey, TopicSpec, WorkerRecord, WorkerState
 from strait.coordination.stats import for_zookeeper
 from strait.coordination.store import CoordinationStore
 from strait.metrics.exposition import serve_metrics
 
-ZNODE_LIMIT = 1024 * 1024
+ZNODE_LIMIT = 1024 * 1024  # and the broker's default max.message.bytes, within a few bytes
 ROUTE = "bench"
 
 
@@ -66,6 +71,38 @@ def node_sizes(zookeeper: str, root: str) -> dict[str, int]:
     return sizes
 
 
+def record_sizes(props: Mapping[str, Any], topics: list[str]) -> dict[str, int]:
+    """Bytes of the latest value of every key of the coordination topics (a compacted view)."""
+    consumer = clients.consumer(
+        props, **{"group.id": "strait-bench-scale", "enable.auto.commit": False, "isolation.level": "read_committed"}
+    )
+    sizes: dict[str, int] = {}
+    try:
+        for topic in topics:
+            end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1]
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            position = 0
+            while position < end:
+                message = consumer.poll(5)
+                if message is None:
+                    break
+                if message.error() is not None:
+                    continue
+                position = (message.offset() or 0) + 1
+                raw_key = message.key()
+                if raw_key is None:
+                    continue
+                key = raw_key.decode()
+                value = message.value()
+                if value is None:
+                    sizes.pop(key, None)
+                else:
+                    sizes[key] = len(value)
+    finally:
+        consumer.close()
+    return sizes
+
+
 def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     started = time.perf_counter()
     value = fn()
@@ -82,31 +119,52 @@ def _summary(sizes: Mapping[str, int], root: str, part: str) -> dict[str, Any]:
 
 
 def run(
-    zookeeper: str,
+    zookeeper: str | None,
     *,
+    kafka: Mapping[str, Any] | None = None,
     partitions: int = 100_000,
     workers: int = 5,
     topics: int = 100,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Publish `partitions` over `workers` simulated workers through a real controller; figures."""
+    """Publish `partitions` over `workers` simulated workers through a real controller; figures.
+
+    On the ZooKeeper at `zookeeper`, or with `kafka` (client properties of a cluster) on the Kafka
+    store there."""
     root = f"/strait-zk-scale-{uuid.uuid4().hex[:8]}"
+    store_name = "kafka" if kafka is not None else "zookeeper"
+    coordination = coordination_section(store_name, zookeeper=zookeeper, root=root, session_timeout_s=30)
+
+    def open_store() -> CoordinationStore:
+        if kafka is not None:
+            return connect_kafka(props=kafka, prefix=coordination["kafka"]["prefix"], session_timeout_s=30)
+        assert zookeeper is not None
+        return connect(connect=zookeeper, root=root, session_timeout_s=30)
+
+    def sizes_now() -> dict[str, Any]:
+        if kafka is None:
+            assert zookeeper is not None
+            return _sizes_report(node_sizes(zookeeper, root), root)
+        prefix = coordination["kafka"]["prefix"]
+        return _record_sizes_report(record_sizes(kafka, [f"{prefix}.state", f"{prefix}.live"]))
+
     per_topic = max(1, partitions // topics)
     listing = {f"bench.topic-{t:04d}": per_topic for t in range(topics)}
     total = per_topic * topics
     config = parse_config(
         {
-            "zookeeper": {"connect": zookeeper, "root": root},
-            "clusters": {"src": {}, "dst": {}},
+            "coordination": coordination,
+            "clusters": {"src": {}, "dst": dict(kafka or {})},
             "routes": [{"name": ROUTE, "source": "src", "destination": "dst"}],
         },
         environ={},
     )
     load_before = os.getloadavg()
-    store = connect(connect=zookeeper, root=root, session_timeout_s=30)
+    store = open_store()
     worker_stores: dict[str, CoordinationStore] = {}
     reports: dict[str, dict[str, Any]] = {}
     result: dict[str, Any] = {
+        "store": store_name,
         "partitions": total,
         "workers": workers,
         "topics": topics,
@@ -119,7 +177,7 @@ def run(
             store.create_topic(TopicSpec(ROUTE, topic, topic, partitions=count, initial_partitions=count))
         for n in range(workers):
             worker_id = f"sim-worker-{n}"
-            worker_store = connect(connect=zookeeper, root=root, session_timeout_s=30)
+            worker_store = open_store()
             worker_store.register_worker(WorkerRecord(worker_id, WorkerState.JOINING))
             worker_stores[worker_id] = worker_store
             reports[worker_id] = {}
@@ -153,8 +211,7 @@ def run(
         gathered = _wait_for_gathered_stats(store, set(worker_stores), total)
         result["stats_gathered_partitions"] = gathered
 
-        sizes = node_sizes(zookeeper, root)
-        result["znodes_after_first"] = _sizes_report(sizes, root)
+        result["znodes_after_first"] = sizes_now()
         result["layout1_assignment_bytes"] = len(
             json.dumps({str(k): w for k, w in sorted(store.read_assignment().owners.items())}, sort_keys=True)
         )
@@ -170,8 +227,7 @@ def run(
         log(f"after {dead} died: cycle {death_cycle:.2f} s, publish {result['death_publish_s']} s")
         reads = _workers_follow(worker_stores, reports, log)
         result["worker_read_after_death_s"] = _stats(reads)
-        sizes = node_sizes(zookeeper, root)
-        result["znodes_after_death"] = _sizes_report(sizes, root)
+        result["znodes_after_death"] = sizes_now()
         owners = store.read_assignment().owners
         result["assigned_after_death"] = sum(1 for w in owners.values() if w is not None)
         result["max_znode_bytes"] = max(
@@ -182,8 +238,13 @@ def run(
     finally:
         for worker_store in worker_stores.values():
             worker_store.close()
-        _delete_root(zookeeper, root)
         store.close()
+        if kafka is None:
+            assert zookeeper is not None
+            _delete_root(zookeeper, root)
+        else:
+            prefix = coordination["kafka"]["prefix"]
+            _delete_topics(kafka, [f"{prefix}.state", f"{prefix}.live"])
     return result
 
 
@@ -250,6 +311,32 @@ def _sizes_report(sizes: Mapping[str, int], root: str) -> dict[str, Any]:
         "workers_stats": _summary(sizes, root, "workers/stats"),
         "topics": _summary(sizes, root, "topics"),
     }
+
+
+def _record_sizes_report(sizes: Mapping[str, int]) -> dict[str, Any]:
+    """As `_sizes_report`, for the keys of the Kafka store's coordination topics."""
+
+    def part(prefix: str) -> dict[str, Any]:
+        picked = {k: v for k, v in sizes.items() if k.startswith(prefix)}
+        return {"nodes": len(picked), "max_bytes": max(picked.values(), default=0), "total_bytes": sum(picked.values())}
+
+    return {
+        "max_bytes": max(sizes.values()),
+        "max_node": max(sizes, key=lambda k: sizes[k]),
+        "manifest_bytes": sizes.get("assignment", 0),
+        "assignment": part("assignment/"),
+        "workers_live": part("worker/"),
+        "workers_stats": part("stats/"),
+        "topics": part("topic/"),
+    }
+
+
+def _delete_topics(props: Mapping[str, Any], topics: list[str]) -> None:
+    try:  # best effort, as `_delete_root`
+        for future in clients.admin(props).delete_topics(topics, operation_timeout=30).values():
+            future.result()
+    except Exception:
+        pass
 
 
 def _delete_root(zookeeper: str, root: str) -> None:

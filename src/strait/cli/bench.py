@@ -341,6 +341,7 @@ def isolation(
 # Scenarios kept in their own module (strait.cli.bench_events), registered here in `--help` order.
 app.command("add-topics")(bench_events.add_topics)
 app.command("worker-failure")(bench_events.worker_failure)
+app.command("leader-failure")(bench_events.leader_failure)
 app.command()(bench_events.failover)
 
 

@@ -8,7 +8,17 @@ from pathlib import Path
 
 import typer
 
-from strait.cli.bench_session import _IGNORE_LOAD, _KEEP, _MARKDOWN, _MAX_LOAD, _RESULTS, _SYSTEMS, _WORKDIR, _session
+from strait.cli.bench_session import (
+    _IGNORE_LOAD,
+    _KEEP,
+    _MARKDOWN,
+    _MAX_LOAD,
+    _RESULTS,
+    _STORE,
+    _SYSTEMS,
+    _WORKDIR,
+    _session,
+)
 
 
 def add_topics(
@@ -68,6 +78,7 @@ def worker_failure(
     mm2_rebalance_delay_ms: int = typer.Option(
         10_000, help="MirrorMaker scheduled.rebalance.max.delay.ms (its default, 300000, waits 5 minutes)."
     ),
+    store: str = _STORE,
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
@@ -92,6 +103,7 @@ def worker_failure(
         ],
         max_load=max_load,
         ignore_load=ignore_load,
+        store=store,
     )
 
 
@@ -140,3 +152,36 @@ def failover(
         max_load=max_load,
         ignore_load=ignore_load,
     )
+
+
+def leader_failure(
+    store: str = _STORE,
+    repeats: int = typer.Option(3, help="Leader kills measured (the killed controller restarts as the standby)."),
+    timeout: float = typer.Option(120.0, help="Seconds a repeat waits for the new leader to act."),
+    results_dir: Path = _RESULTS,
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
+) -> None:
+    """kill -9 the leading controller (Strait only): time until the standby leads and until it acts
+    (assigns a topic added through its API at the kill)."""
+    import json
+    import sys
+
+    from strait.bench import leader_failure, machine
+    from strait.bench.report import run_commit
+    from strait.cli.bench_session import _quiet, _store
+
+    checked = _quiet(max_load, ignore_load)
+    result = leader_failure.run(store=_store(store), repeats=repeats, timeout_s=timeout, log=typer.echo)
+    args = sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else sys.argv[1:]
+    result.update(checked, command=" ".join(["strait bench", *args]), commit=run_commit(), machine=machine.describe())
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / f"leader-failure-{store}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    typer.echo(
+        f"{store}: new leader after median {result['leader_s']['median']} s (max {result['leader_s']['max']}), "
+        f"acting after median {result['acting_s']['median']} s (max {result['acting_s']['max']}); "
+        f"failed repeats {result['failed_repeats']}; wrote {path}"
+    )
+    if result["failed_repeats"]:
+        raise typer.Exit(1)

@@ -3,6 +3,7 @@ balancer's planner and its long-tail executor run."""
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -46,29 +47,46 @@ def zookeeper(
     workers: int = typer.Option(5, help="Simulated workers (each its own ZooKeeper session)."),
     topics: int = typer.Option(100, help="Topics the partitions are spread over."),
     connect: str | None = typer.Option(None, "--zookeeper", help="HOST:PORT of a ZooKeeper (default: a sandbox)."),
+    store: str = typer.Option(
+        "zookeeper",
+        "--store",
+        help="zookeeper, or kafka: the Kafka store on a sandbox cluster (record sizes instead of node sizes).",
+    ),
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,
     results_dir: Path = _RESULTS,
 ) -> None:
-    """A real controller publishing 100,000 partitions on a real ZooKeeper: node sizes, time to
-    publish, time for a worker to read its part (the split layout; not part of CI)."""
+    """A real controller publishing 100,000 partitions on a real ZooKeeper (or the Kafka store): node
+    (record) sizes, time to publish, time for a worker to read its part (the split layout; not part of CI)."""
 
     from strait.bench import zk_scale
+    from strait.cli.bench_session import _store
 
     checked = _quiet(max_load, ignore_load)
+    on_kafka = _store(store) == "kafka"
+    if on_kafka and connect is not None:
+        raise typer.BadParameter("--zookeeper names a ZooKeeper: not with --store kafka", param_hint="--store")
     sandbox = None
+    kafka = None
     if connect is None:
         from strait.sandbox import Sandbox, SandboxSpec
 
         state = Path(tempfile.mkdtemp(prefix="strait-bench-zk-"))
-        sandbox = Sandbox.up(SandboxSpec(clusters=("src",), brokers=1, log_dirs=1, state_dir=state))
-        connect = sandbox.zookeeper
+        spec = SandboxSpec(clusters=("src",), brokers=1, log_dirs=1, state_dir=state, zookeeper=not on_kafka)
+        sandbox = Sandbox.up(spec)
+        if on_kafka:
+            kafka = sandbox.clusters["src"].props()
+        else:
+            connect = sandbox.zookeeper
     try:
-        result = zk_scale.run(connect, partitions=partitions, workers=workers, topics=topics, log=typer.echo)
+        result = zk_scale.run(
+            connect, kafka=kafka, partitions=partitions, workers=workers, topics=topics, log=typer.echo
+        )
     finally:
         if sandbox is not None:
             sandbox.down()
-    result.update(checked)
+    args = sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else sys.argv[1:]
+    result.update(checked, command=" ".join(["strait bench", *args]))
     sizes = result["znodes_after_first"]
     typer.echo(
         f"{result['partitions']} partitions on {workers} workers: largest node {result['max_znode_bytes']} bytes "
@@ -77,7 +95,7 @@ def zookeeper(
         f"{result['worker_read_s']['median']} s, max {result['worker_read_s']['max']} s; load average "
         f"{result['load_average_before']} on {result['cpus']} CPUs"
     )
-    _save(result, results_dir / "zookeeper_scale.json")
+    _save(result, results_dir / ("kafka_scale.json" if on_kafka else "zookeeper_scale.json"))
     if not result["under_limit"]:
         raise typer.Exit(1)
 

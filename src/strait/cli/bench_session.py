@@ -25,6 +25,18 @@ _MAX_LOAD = typer.Option(
 _IGNORE_LOAD = typer.Option(
     False, "--ignore-load", help="Run even on a busy machine (a smoke run: its figures are then not evidence)."
 )
+_STORE = typer.Option(
+    "kafka",
+    "--store",
+    help="Where Strait's fleet coordinates: kafka (on the destination cluster; the sandbox starts no ZooKeeper) "
+    "or zookeeper (a sandbox ZooKeeper).",
+)
+
+
+def _store(store: str) -> str:
+    if store not in ("kafka", "zookeeper"):
+        raise typer.BadParameter("use kafka or zookeeper", param_hint="--store")
+    return store
 
 
 def _ints(text: str) -> list[int]:
@@ -63,11 +75,13 @@ def _session(
     max_load: float,
     ignore_load: bool,
     clusters: tuple[tuple[str, ...], dict[str, str]] | None = None,
+    store: str = "zookeeper",
 ) -> None:
     """Sandbox up, run ``body(bench)``, save and plot its results, regenerate the Markdown, tear down.
 
     Refused on a busy machine (``max_load``, ``ignore_load``: see _quiet), before anything starts.
-    ``clusters``: the sandbox's cluster names and their security modes (default src and dst, plaintext)."""
+    ``clusters``: the sandbox's cluster names and their security modes (default src and dst, plaintext).
+    ``store``: where Strait's fleet coordinates (kafka: on ``dst``, and the sandbox starts no ZooKeeper)."""
     from strait.bench import machine, report
     from strait.bench.scenarios import Bench
     from strait.sandbox import Sandbox, SandboxSpec
@@ -84,10 +98,20 @@ def _session(
     typer.echo(f"benchmark work folder: {root}")
     started = time.monotonic()
     names, modes = clusters or (("src", "dst"), {})
-    sandbox = Sandbox.up(SandboxSpec(clusters=names, brokers=1, log_dirs=1, state_dir=root / "sandbox", security=modes))
+    spec = SandboxSpec(
+        clusters=names,
+        brokers=1,
+        log_dirs=1,
+        state_dir=root / "sandbox",
+        security=modes,
+        zookeeper=_store(store) == "zookeeper",
+    )
+    sandbox = Sandbox.up(spec)
     failed = True
     try:
-        bench = Bench(sandbox=sandbox, workdir=root / "runs", systems=_words(systems), log=lambda m: typer.echo(m))
+        bench = Bench(
+            sandbox=sandbox, workdir=root / "runs", systems=_words(systems), log=lambda m: typer.echo(m), store=store
+        )
         for result in body(bench):
             result.setdefault("params", {}).update(checked)
             # The arguments as given, whether run as `strait bench ...` or `python -m strait.cli.bench ...`.

@@ -46,6 +46,8 @@ class Bench:
     dst_cluster: str = "dst"
     # On clusters with ACLs: everything (workload and replicator) as the super user, not `strait`.
     super_user: bool = False
+    # Where Strait's fleet coordinates: the sandbox's ZooKeeper, or the destination cluster (kafka).
+    store: str = "zookeeper"
     _runs: int = field(default=0, init=False)
 
     @property
@@ -94,7 +96,8 @@ class Bench:
         ``strait_copy`` (Strait only): the route's ``copy`` mode (batch or record)."""
         if system == "strait":
             return StraitReplicator(
-                zookeeper=self.sandbox.zookeeper,
+                zookeeper=self.sandbox.zookeeper if self.store == "zookeeper" else None,
+                store=self.store,
                 src_props=self.src,
                 dst_props=self.dst,
                 workdir=run_dir / "strait",
