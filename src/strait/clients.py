@@ -87,8 +87,7 @@ class UnsupportedProperty(ValueError):
 
 
 def _merge(props: ClusterProps, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(props)
-    merged.update(overrides)
+    merged = _current_credentials({**props, **overrides})
     for key, value in merged.items():
         if isinstance(value, str) and is_secret_key(key):
             remember(value)  # masked in every log line and error message from now on
@@ -111,6 +110,34 @@ def _signature(props: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(props.get(key) for key in _CREDENTIAL_SIGNATURE)
 
 
+class _Rotations:
+    """Credentials a reload replaced, each with the ones in force now (see rotate_credentials)."""
+
+    def __init__(self) -> None:
+        self._replaced: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, old: tuple[Any, ...], new: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._replaced = {was: (new if now == old else now) for was, now in self._replaced.items()}
+            self._replaced[old] = new
+            self._replaced.pop(new, None)  # back to earlier credentials: they are in force again
+
+    def current(self, signature: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        return self._replaced.get(signature)
+
+
+_rotations = _Rotations()
+
+
+def _current_credentials(props: dict[str, Any]) -> dict[str, Any]:
+    """``props`` with the credentials a reload put in place of the ones it names, if it did."""
+    current = _rotations.current(_signature(props))
+    if current is not None:
+        props["sasl.username"], props["sasl.password"] = current[1], current[2]
+    return props
+
+
 class _LiveClients:
     """The librdkafka clients alive in this process, each with the SASL credentials it uses.
 
@@ -131,10 +158,22 @@ class _LiveClients:
         with self._lock:
             clients = [client for client, signature in self._clients.items() if signature == old]
         for client in clients:
-            client.set_sasl_credentials(str(new[1]), str(new[2]))
             with self._lock:
                 self._clients[client] = new
+            # A client takes them only between its calls: one waiting in consume() or a metadata
+            # request holds the call back for as long (seconds). A thread each, so no client
+            # waits for another, nor the reload for any of them.
+            threading.Thread(
+                target=_set_credentials, args=(client, str(new[1]), str(new[2])), name="strait-credentials", daemon=True
+            ).start()
         return len(clients)
+
+
+def _set_credentials(client: Any, username: str, password: str) -> None:
+    try:
+        client.set_sasl_credentials(username, password)
+    except Exception as exc:  # a client being closed meanwhile: it makes no connection any more
+        logging.getLogger(__name__).debug("a client did not take the new credentials: %s", exc)
 
 
 _live = _LiveClients()
@@ -147,8 +186,11 @@ def rotate_credentials(props: dict[str, Any], credentials: Mapping[str, str]) ->
     configuration's ``clusters.<name>``): the new values are written into it, so clients made
     from now on use them. Only values of keys it already holds change (never its size), so a
     thread copying it at that moment reads a whole map. A live client (made with the old
-    credentials of the same ``bootstrap.servers``) takes them with ``set_sasl_credentials``: its
-    open connections stay authenticated as they are, its next ones authenticate anew.
+    credentials of the same ``bootstrap.servers``) takes them with ``set_sasl_credentials`` (on a
+    thread of its own, once a call it is in returns): its open connections stay authenticated as
+    they are, its next ones authenticate anew. A client
+    made later from a copy of the old map (a component that copied it when it started) is made
+    with the new credentials too.
     """
     old = _signature(props)
     for key, value in credentials.items():
@@ -157,6 +199,7 @@ def rotate_credentials(props: dict[str, Any], credentials: Mapping[str, str]) ->
         remember(value)
     for key, value in credentials.items():
         props[key] = value
+    _rotations.add(old, _signature(props))
     return _live.rotate(old, _signature(props))
 
 
@@ -333,6 +376,7 @@ def kafka_python_options(props: ClusterProps) -> dict[str, Any]:
     show later as a refused or hanging connection. Other (tuning) properties are left out.
     """
     options: dict[str, Any] = {}
+    props = _current_credentials(dict(props))
     for key, value in props.items():
         target = _KAFKA_PYTHON_KEYS.get(key)
         if target is not None:

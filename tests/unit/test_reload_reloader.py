@@ -5,6 +5,7 @@ take new credentials."""
 from __future__ import annotations
 
 import logging
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from strait.demo import wait_until
 from strait.reload.plan import ReloadPlan
 from strait.reload.reloader import Reloader
 
+THIRD, FOURTH = f"third-{uuid.uuid4().hex}", f"fourth-{uuid.uuid4().hex}"
 CONFIG = """
 clusters:
   src:
@@ -41,7 +43,8 @@ def _write(path: Path, secret: Path, extra: str = "") -> None:
 @pytest.fixture
 def files(tmp_path: Path) -> tuple[Path, Path]:
     secret = tmp_path / "password"
-    secret.write_text("first-password\n")
+    # Unique: credentials rotated by one test are replaced in every client made later in the process.
+    secret.write_text(f"first-{uuid.uuid4().hex}\n")
     secret.chmod(0o600)
     path = tmp_path / "strait.yaml"
     _write(path, secret)
@@ -97,14 +100,15 @@ def test_a_rotated_secret_file_is_applied_without_a_signal(files: tuple[Path, Pa
     client = clients.producer(props)
     reloader.start()
     try:
-        secret.write_text("second-password\n")
-        assert wait_until(lambda: props["sasl.password"] == "second-password", 10)
+        second = f"second-{uuid.uuid4().hex}"
+        secret.write_text(second + "\n")
+        assert wait_until(lambda: props["sasl.password"] == second, 10)
     finally:
         reloader.stop()
         client.flush(0)
     # The same map the running clients were made from, now holding the new password.
     assert reloader.running.clusters["src"] is props
-    assert applied and applied[-1].credentials == {"src": {"sasl.password": "second-password"}}
+    assert applied and applied[-1].credentials == {"src": {"sasl.password": second}}
 
 
 def test_an_added_route_reaches_the_process(files: tuple[Path, Path]) -> None:
@@ -121,17 +125,22 @@ def test_an_added_route_reaches_the_process(files: tuple[Path, Path]) -> None:
 def test_live_clients_of_the_cluster_take_new_credentials(files: tuple[Path, Path]) -> None:
     config: StraitConfig = load_config(files[0], environ={})
     props = config.clusters["src"]
+    copied = dict(props)  # as a component that copied the map when it started
     producer = clients.producer(props)
     admin = clients.admin(props)
     other = clients.producer({**props, "sasl.username": "someone-else"})
     try:
-        assert clients.rotate_credentials(props, {"sasl.password": "third-password"}) == 2
-        assert props["sasl.password"] == "third-password"
-        # Rotated once: a second rotation finds them under the new credentials.
-        assert clients.rotate_credentials(props, {"sasl.password": "fourth-password"}) == 2
+        assert clients.rotate_credentials(props, {"sasl.password": THIRD}) == 2
+        assert props["sasl.password"] == THIRD
+        # Made after the rotation from the stale copy: with the new credentials.
+        late = clients.producer(copied)
+        assert clients.kafka_python_options(copied)["sasl_plain_password"] == THIRD
+        # A second rotation finds the three under the credentials now in force.
+        assert clients.rotate_credentials(props, {"sasl.password": FOURTH}) == 3
+        assert clients.kafka_python_options(copied)["sasl_plain_password"] == FOURTH
     finally:
-        producer.flush(0)
-        other.flush(0)
+        for client in (producer, other, late):
+            client.flush(0)
         del admin
     with pytest.raises(KeyError, match="needs a restart"):
         clients.rotate_credentials(config.clusters["dst"], {"sasl.password": "x-password"})

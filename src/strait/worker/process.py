@@ -133,7 +133,20 @@ def _reloader(config: StraitConfig, path: Path, pool: str | None, agent: WorkerA
         return loaded.model_copy(update={"worker": loaded.worker.model_copy(update={"pool": pool})})
 
     def apply(plan: ReloadPlan, running: StraitConfig) -> None:
-        if plan.added or plan.removed or plan.changed:
-            agent.reconfigure(running, added=plan.added, removed=plan.removed, changed=plan.changed)
+        # A batch pipeline's kafka-python connections take their password when made: its copier
+        # is replaced (partitions revoked with a final checkpoint, then resumed from it), so no
+        # later connection of it tries a password the cluster may no longer accept.
+        relink = {
+            route.name
+            for route in running.routes
+            if copy_mode(route)[0] == "batch" and {route.source, route.destination} & set(plan.credentials)
+        } - set(plan.added)
+        if relink:
+            log.info(
+                "route(s) %s: copiers restart with the new credentials (batch pipeline)", ", ".join(sorted(relink))
+            )
+        changed = set(plan.changed) | relink
+        if plan.added or plan.removed or changed:
+            agent.reconfigure(running, added=plan.added, removed=plan.removed, changed=changed)
 
     return Reloader(path=path, load=load, running=config, role="worker", apply=apply)
