@@ -1,3 +1,5 @@
 """Strait: replicate Kafka topics between clusters and keep each cluster's disks balanced."""
 
-__version__ = "0.1.0"
+from strait.version import package_version
+
+__version__ = package_version()

@@ -17,7 +17,7 @@ from strait.cli import (
     worker,
     workers,
 )
-from strait.cli.version import package_version, version_line
+from strait.version import package_version, version_line
 
 __all__ = ["app", "main", "package_version"]
 

@@ -17,9 +17,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from strait.cli.version import package_version
 from strait.controller.service import ControllerService, ServiceError, TopicRequest
 from strait.coordination.store import StoreUnavailable
+from strait.version import package_version
 from strait.web.balance import mount_balance
 
 _STATUS = {"invalid": 400, "not_found": 404, "conflict": 409, "bad_gateway": 502, "unavailable": 503}

@@ -25,7 +25,7 @@ def build_commit() -> str:
         return str(recorded["commit"])
     except (OSError, ValueError, KeyError):
         pass
-    checkout = Path(__file__).resolve().parents[3]
+    checkout = Path(__file__).resolve().parents[2]
     if not (checkout / ".git").exists():
         return "unknown"
     try:
