@@ -111,9 +111,16 @@ def run(
 def _repeat(
     fleet: Fleet, src: dict[str, str], dst: dict[str, str], repeat: int, timeout_s: float, log: Callable[[str], None]
 ) -> dict[str, Any]:
-    old = fleet.leader()
-    if old is None:
+    found: list[str] = []
+
+    def leading() -> bool:
+        found.append(fleet.leader() or "")
+        return bool(found[-1])
+
+    # A leader may stand down for a moment (a store write refused on a loaded machine): wait for one.
+    if not wait_until(leading, 60, interval_s=0.5):
         raise RuntimeError(f"no controller leads before repeat {repeat}; see {fleet.workdir}")
+    old = found[-1]
     standby = "c2" if old == "c1" else "c1"
     topic = f"lf-added-{uuid.uuid4().hex[:6]}"
     create_topic(src, topic, 1)
