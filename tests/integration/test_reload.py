@@ -1,4 +1,7 @@
-"""A SCRAM password rotated while records flow, applied by SIGHUP: nothing is lost.
+"""Reloading a running fleet on the secure sandbox: a rotated SCRAM password, a bad new file, a
+route added and removed.
+
+A SCRAM password rotated while records flow, applied by SIGHUP, loses nothing.
 
 A controller and a worker run on the secure sandbox as a user of their own on `src`
 (SASL/SCRAM-SHA-512 over TLS) whose password the configuration reads from a `${file:}` secret.
@@ -10,6 +13,9 @@ the end every produced record is read back from the destination.
 
 A bad new file is refused with its error (noticed by polling, without a signal) and the worker
 keeps copying with the configuration it runs.
+
+A route added to the file starts copying on SIGHUP (the controller accepts its topics, the
+worker starts its copier); removed again, after its topic, its copier stops.
 """
 
 from __future__ import annotations
@@ -187,7 +193,7 @@ def test_a_rotated_scram_password_applies_on_sighup_and_nothing_is_lost(rotating
     sandbox: Sandbox = rotating["sandbox"]
     broker = sandbox.clusters["src"].brokers[0].id
     sandbox.stop_broker("src", broker)
-    sandbox.start_broker("src", broker, timeout_s=120)
+    sandbox.start_broker("src", broker, timeout_s=300)
     copied_before = len(_read(rotating["dst"], topic))
     assert wait_until(lambda: len(_read(rotating["dst"], topic)) > copied_before + 200, 120, 2.0), "copying stopped"
     _everything_copied(rotating, topic, producer)
@@ -214,4 +220,38 @@ def test_a_bad_new_file_is_refused_and_copying_goes_on(rotating: dict[str, Any])
     finally:
         fleet.config_path.write_text(good)
     _everything_copied(rotating, topic, producer)
+    assert fleet.processes["w1"].poll() is None
+
+
+def test_a_route_added_by_reload_copies_and_stops_when_removed(rotating: dict[str, Any]) -> None:
+    fleet: Fleet = rotating["fleet"]
+    good = fleet.config_path.read_text()
+    added = good.replace(
+        "routes:", "routes:\n- {name: added, source: src, destination: dst, naming: {prefix: added.}}", 1
+    )
+    assert added != good
+    fleet.config_path.write_text(added)
+    for name in ("c1", "w1"):
+        fleet.signal(name, signal.SIGHUP)
+    for name in ("c1", "w1"):
+        assert wait_until(lambda n=name: "route added added" in _log(fleet, n), 30), name
+    assert wait_until(lambda: "route added: copier started" in _log(fleet, "w1"), 30)
+    topic = f"added-{uuid.uuid4().hex[:6]}"
+    admin = clients.admin(rotating["src"])
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
+    producer = Producer(rotating["src"], topic)
+    producer.start()
+    fleet.api().call("POST", f"/topics/{topic}", json={"route": "added"})
+    assert wait_until(lambda: len(producer.acked) > 200, 60)
+    producer.stop()
+    expected = producer.acked
+    assert wait_until(lambda: _read(rotating["dst"], f"added.{topic}") >= expected, 180, 2.0), "records missing"
+    # Its topic first (the controller stops assigning it), then the route.
+    fleet.api().call("DELETE", f"/topics/{topic}", params={"route": "added"})
+    fleet.config_path.write_text(good)
+    for name in ("c1", "w1"):
+        fleet.signal(name, signal.SIGHUP)
+    for name in ("c1", "w1"):
+        assert wait_until(lambda n=name: "route added removed" in _log(fleet, n), 30), name
+    assert wait_until(lambda: "route added: copier stopped" in _log(fleet, "w1"), 60)
     assert fleet.processes["w1"].poll() is None

@@ -15,7 +15,7 @@ import uvicorn
 
 from strait.access_errors import name_clusters
 from strait.balancer.watcher import BalanceWatcher
-from strait.config import StraitConfig, load_config
+from strait.config import RouteConfig, StraitConfig, load_config
 from strait.controller.discovery import SourceMetadata
 from strait.controller.groupsync import GroupSync
 from strait.controller.loop import Controller
@@ -42,6 +42,14 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
+
+
+def _started_with_the_controller(route: RouteConfig | None) -> list[str]:
+    """The options of ``route`` served by threads that take their routes when the controller starts."""
+    if route is None:
+        return []
+    options = {"topic_config.follow": route.topic_config.follow, "offset_map": route.offset_map, "groups": route.groups}
+    return [key for key, value in options.items() if value]
 
 
 def serve(
@@ -149,6 +157,11 @@ def serve(
                 controller.config = running
                 service.config = running
                 controller.wake()
+            for name in plan.added:
+                # The threads that follow topic settings, keep offset maps and sync groups take
+                # their routes when the controller starts.
+                for key in _started_with_the_controller(running.route(name)):
+                    log.warning("reload: route %s is added; needs a restart: routes.%s.%s", name, name, key)
 
         reloader = Reloader(path=path, load=lambda: load_config(path), running=config, role="controller", apply=apply)
         signal.signal(signal.SIGHUP, lambda _signum, _frame: reloader.request() if reloader is not None else None)
