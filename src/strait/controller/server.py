@@ -29,7 +29,7 @@ from strait.metrics.healing import HealingPolicy
 from strait.metrics.observatory import Observatory, ObservatorySettings
 from strait.metrics.probe import OffsetProbe
 from strait.reload.plan import ReloadPlan
-from strait.reload.reloader import Reloader
+from strait.reload.reloader import Reloader, defer_sighup
 from strait.web.app import create_app
 from strait.web.balance import mount_balance_watch
 from strait.web.dashboard import mount_observability
@@ -64,6 +64,7 @@ def serve(
 
     With ``config_path``, SIGHUP and changes of that file reload it."""
     name_clusters(config.clusters)
+    early_reload = defer_sighup() if config_path is not None else None
     host, _, port_text = (listen or config.controller.listen).rpartition(":")
     port = int(port_text) or free_port(host)
     identity = LeaderInfo(
@@ -165,6 +166,8 @@ def serve(
 
         reloader = Reloader(path=path, load=lambda: load_config(path), running=config, role="controller", apply=apply)
         signal.signal(signal.SIGHUP, lambda _signum, _frame: reloader.request() if reloader is not None else None)
+        if early_reload is not None and early_reload.is_set():
+            reloader.request()
         reloader.start()
     log.info("controller %s: API on %s", identity.id, identity.api_url)
     tls = config.controller.tls

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,14 @@ log = logging.getLogger(__name__)
 
 # How often the configuration file and the secret files it references are checked for a change.
 POLL_INTERVAL_S = 2.0
+
+
+def defer_sighup() -> threading.Event:
+    """Take SIGHUP from now on (its default action ends the process): the event tells whether
+    one arrived before the process's reloader runs, which then reloads at once."""
+    asked = threading.Event()
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: asked.set())
+    return asked
 
 
 class Reloader:

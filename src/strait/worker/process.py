@@ -19,7 +19,7 @@ from strait.coordination.store import CoordinationStore, StoreUnavailable
 from strait.metrics.exposition import serve_metrics
 from strait.metrics.worker import WorkerMetrics
 from strait.reload.plan import ReloadPlan
-from strait.reload.reloader import Reloader
+from strait.reload.reloader import Reloader, defer_sighup
 from strait.worker.agent import LEASE_FRACTION, WorkerAgent, copier_factory, copy_mode
 from strait.worker.lease import Lease
 from strait.worker.stalls import freeze_heap
@@ -62,6 +62,7 @@ def run_worker(
     With ``config_path``, SIGHUP and changes of that file reload it (``pool``: the command
     line's ``--pool``, kept over the file's ``worker.pool``)."""
     name_clusters(config.clusters)  # errors say "cluster dst", not a broker list
+    early_reload = defer_sighup() if config_path is not None else None
     delay_s = 1.0
     while True:
         try:
@@ -117,6 +118,8 @@ def run_worker(
     reloader = _reloader(config, config_path, pool, agent) if config_path is not None else None
     if reloader is not None:
         signal.signal(signal.SIGHUP, lambda _signum, _frame: reloader.request())
+        if early_reload is not None and early_reload.is_set():
+            reloader.request()
         reloader.start()
     try:
         agent.run()
