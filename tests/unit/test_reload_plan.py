@@ -225,17 +225,27 @@ def test_what_needs_a_restart_is_named_by_its_key(change: Any, key: str, role: R
     assert not decided.applies
 
 
+def test_a_worker_keeps_its_copier_for_what_only_controllers_read() -> None:
+    new = _raw()
+    _pools(new, "p")
+    _include(new, "payments")
+    decided = plan(_config(_raw()), _config(new), "worker")
+    assert not decided.applies and decided.restart == ()
+    assert decided.config.route("a") == _config(new).route("a")
+
+
 def test_a_worker_applies_route_changes_a_controller_reads_only_at_start() -> None:
     new = _raw()
     _pools(new, "p")
+    _copy_record(new, "")
     _add_exactly_once_route(new, "x")
     _include(new, "payments")
     old = _config(_raw())
     worker = plan(old, _config(new), "worker")
-    assert worker.changed == ("a",) and worker.added == ("eos-x",) and worker.restart == ()
+    assert worker.changed == ("b",) and worker.added == ("eos-x",) and worker.restart == ()
     controller = plan(old, _config(new), "controller")
     assert controller.added == () and controller.changed == ()
-    assert set(controller.restart) == {"routes.a.pools", "routes.eos-x.delivery"}
+    assert set(controller.restart) == {"routes.a.pools", "routes.b.copy_mode", "routes.eos-x.delivery"}
     # The controller keeps route a whole (its include too) until it restarts.
     assert controller.config.route("a") == old.route("a")
 

@@ -7,7 +7,8 @@ A worker applies, while it runs:
   and after): live clients take them for their next connections, new clients are made with them;
 - routes added (a copier starts), removed (its copier revokes every partition with a final
   checkpoint and stops) and changed (both, in that order; the partitions still assigned here
-  resume from their checkpoints).
+  resume from their checkpoints). A change of only ``include``, ``exclude``, ``pools`` or
+  ``groups``, which controllers alone read, is taken without touching the copier.
 
 A controller applies new credentials, routes added and removed, and new ``include``/``exclude``
 patterns (topic discovery reads them at its next cycle). A route added with ``pools`` or
@@ -38,6 +39,9 @@ RESTART_SECTIONS = ("coordination", "controller", "worker", "observability", "ba
 _ROUTE_ENDPOINTS = ("source", "destination")
 # Route fields a controller reads at each cycle.
 _CONTROLLER_LIVE_ROUTE_FIELDS = frozenset({"include", "exclude"})
+# Route fields only controllers read (which topics, which workers, which groups): a worker takes
+# them without touching the route's copier.
+_CONTROLLER_ONLY_ROUTE_FIELDS = frozenset({"include", "exclude", "pools", "groups"})
 
 
 @dataclass(frozen=True)
@@ -150,11 +154,11 @@ def _routes(
         if blocked_names:
             restart += [f"routes.{route.name}.{name}" for name in sorted(blocked_names)]
             routes.append(previous)
-        elif names:
+        elif names and (role == "controller" or names - _CONTROLLER_ONLY_ROUTE_FIELDS):
             changed.append(route.name)
             routes.append(route)
         else:
-            routes.append(previous)
+            routes.append(route)
     removed = [name for name in before if name not in after]
     return routes, added, removed, changed, restart
 

@@ -112,15 +112,15 @@ class Reloader:
         decided = plan(self._running, new, self._role)
         for key in decided.restart:
             log.warning("reload (%s): needs a restart: %s", cause, key)
-        if not decided.applies:
-            log.info("reload (%s): nothing to apply%s", cause, " live" if decided.restart else "")
-            return decided
         for cluster, credentials in decided.credentials.items():
             # Into the running maps the clients are made from (see rotate_credentials).
             count = clients.rotate_credentials(self._running.clusters[cluster], credentials)
             log.info("cluster %s: %d live client(s) take the new credentials", cluster, count)
         running = decided.config.model_copy(update={"clusters": self._running.clusters})
         self._running = running
+        if not decided.applies:
+            log.info("reload (%s): nothing to apply%s", cause, " live" if decided.restart else "")
+            return decided
         self._apply(decided, running)
         log.info("reload (%s): applied %s", cause, "; ".join(decided.describe()))
         return decided
