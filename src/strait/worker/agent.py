@@ -12,7 +12,7 @@ loses nor duplicates a record.
 
 Two writers are still possible for a worker the controller gave up on: its session ended
 (frozen process, network cut) while it had records in flight. Such a worker stops fetching on
-its own once it has been cut off from ZooKeeper for a third of the session timeout, before the
+its own once it has been cut off from the coordination store for a third of the session timeout, before the
 session can expire, and commits no checkpoint afterwards; records already in flight may still
 land (duplicates for the next owner, never loss). Exactly-once routes fence it outright.
 
@@ -55,7 +55,7 @@ from strait.worker.watchdog import Bounds, FreshEnds, PartitionSample, Watchdog
 
 log = logging.getLogger(__name__)
 
-# The lease stays valid for this fraction of the ZooKeeper session timeout after the agent last
+# The lease stays valid for this fraction of the coordination session timeout after the agent last
 # read the assignment (see strait.worker.lease).
 LEASE_FRACTION = 0.8
 
@@ -373,7 +373,7 @@ class WorkerAgent:
             return
         if self._cut_off:
             # The same session came back: copy again, from the committed checkpoints.
-            log.info("ZooKeeper reachable again; resuming from the committed checkpoints")
+            log.info("coordination store reachable again; resuming from the committed checkpoints")
             self._cut_off = False
         if self._drain.is_set() and self._state is not WorkerState.DRAINING:
             self._begin_drain()
@@ -477,7 +477,7 @@ class WorkerAgent:
         if self._cut_off or suspended_s < self.config.coordination.session_timeout_s / 3:
             return
         log.warning(
-            "cut off from ZooKeeper for %.1fs: stopping all %d partitions without further checkpoints",
+            "cut off from the coordination store for %.1fs: stopping all %d partitions without further checkpoints",
             suspended_s,
             len(self._tasks),
         )
@@ -562,7 +562,7 @@ class WorkerAgent:
         return tasks
 
     def _recover_session(self) -> None:
-        log.warning("ZooKeeper session lost: stopping all partitions, then registering again")
+        log.warning("coordination session lost: stopping all partitions, then registering again")
         self._release(set(self._tasks))
         if self.store.session_state() is not SessionState.CONNECTED:
             return
@@ -627,7 +627,7 @@ class WorkerAgent:
         if self._metrics is not None:
             report.update(self._metrics.report())
         self.last_report = report  # served whole at GET /stats
-        # Many partitions: only a summary goes to ZooKeeper (see strait.coordination.stats).
+        # Many partitions: only a summary goes to the coordination store (see strait.coordination.stats).
         self.store.publish_stats(self.id, stats_for_zookeeper(report, self.config.worker.stats_interval_s))
 
     def _shutdown(self) -> None:
