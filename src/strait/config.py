@@ -12,7 +12,8 @@ text converted to the key's type, so ``STRAIT_CONTROLLER__REFRESH_INTERVAL_S=2``
 number; ``null`` unsets an optional value.
 
 Any text value may reference a secret, ``${env:NAME}`` or ``${file:/path}`` (see
-:mod:`strait.secrets`), resolved at load and again at each reload (:mod:`strait.reload`); secret values are masked in logs and errors.
+:mod:`strait.secrets`), resolved at load and again at each reload (:mod:`strait.reload`);
+secret values are masked in logs and errors.
 """
 
 from __future__ import annotations
