@@ -166,15 +166,18 @@ def leader_failure(
     (assigns a topic added through its API at the kill)."""
     import json
     import sys
+    import time
 
     from strait.bench import leader_failure, machine
     from strait.bench.report import run_commit
     from strait.cli.bench_session import _quiet, _store
 
     checked = _quiet(max_load, ignore_load)
+    described = machine.describe()  # the load average at the start
     result = leader_failure.run(store=_store(store), repeats=repeats, timeout_s=timeout, log=typer.echo)
     args = sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else sys.argv[1:]
-    result.update(checked, command=" ".join(["strait bench", *args]), commit=run_commit(), machine=machine.describe())
+    result.update(checked, command=" ".join(["strait bench", *args]), commit=run_commit(), machine=described)
+    result["finished_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / f"leader-failure-{store}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")

@@ -62,7 +62,11 @@ def zookeeper(
     from strait.bench import zk_scale
     from strait.cli.bench_session import _store
 
+    from strait.bench import machine
+    from strait.bench.report import run_commit
+
     checked = _quiet(max_load, ignore_load)
+    described = machine.describe()  # the load average at the start
     on_kafka = _store(store) == "kafka"
     if on_kafka and connect is not None:
         raise typer.BadParameter("--zookeeper names a ZooKeeper: not with --store kafka", param_hint="--store")
@@ -86,7 +90,7 @@ def zookeeper(
         if sandbox is not None:
             sandbox.down()
     args = sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else sys.argv[1:]
-    result.update(checked, command=" ".join(["strait bench", *args]))
+    result.update(checked, command=" ".join(["strait bench", *args]), commit=run_commit(), machine=described)
     sizes = result["znodes_after_first"]
     typer.echo(
         f"{result['partitions']} partitions on {workers} workers: largest node {result['max_znode_bytes']} bytes "
@@ -151,6 +155,6 @@ def _save(result: dict[str, Any], path: Path) -> None:
     import json
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    result["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    result["finished"] = result["finished_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     path.write_text(json.dumps(result, indent=1) + "\n")
     typer.echo(f"wrote {path}")
