@@ -59,11 +59,9 @@ def zookeeper(
     """A real controller publishing 100,000 partitions on a real ZooKeeper (or the Kafka store): node
     (record) sizes, time to publish, time for a worker to read its part (the split layout; not part of CI)."""
 
-    from strait.bench import zk_scale
-    from strait.cli.bench_session import _store
-
-    from strait.bench import machine
+    from strait.bench import machine, zk_scale
     from strait.bench.report import run_commit
+    from strait.cli.bench_session import _store
 
     checked = _quiet(max_load, ignore_load)
     described = machine.describe()  # the load average at the start
