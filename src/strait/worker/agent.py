@@ -42,7 +42,7 @@ from strait.coordination.model import (
     WorkerState,
     describe_keys,
 )
-from strait.coordination.retry import RetryPolicy
+from strait.coordination.retry import RetryExhausted, RetryPolicy
 from strait.coordination.stats import for_zookeeper as stats_for_zookeeper
 from strait.coordination.store import CoordinationStore, StoreUnavailable, WorkerIdTaken
 from strait.metrics.worker import WorkerMetrics
@@ -348,7 +348,7 @@ class WorkerAgent:
     def _timeout(self) -> float:
         if self._state is WorkerState.DRAINING or self._suspended_since is not None:
             return 0.2
-        if self._published is not None and self._held() != self._published:
+        if self._published is not None and not self._session_lost and self._held() != self._published:
             return 0.05  # revokes in progress: publish each one soon after it finished
         # Confirm the lease well within its validity, also when nothing happens.
         idle = min(self.config.worker.stats_interval_s, self._lease.valid_for_s / 3)
@@ -562,12 +562,22 @@ class WorkerAgent:
         return tasks
 
     def _recover_session(self) -> None:
-        log.warning("coordination session lost: stopping all partitions, then registering again")
-        self._release(set(self._tasks))
+        if self._tasks:
+            log.warning(
+                "coordination session lost: stopping all %d partitions, then registering again", len(self._tasks)
+            )
+            self._release(set(self._tasks))
         if self.store.session_state() is not SessionState.CONNECTED:
             return
-        self._session_lost = False
-        self._register()
+        self._session_lost = False  # before registering: a loss reported meanwhile sets it again
+        try:
+            self._register()
+        except (RetryExhausted, StoreUnavailable) as exc:
+            # The store is back but not yet answering (a coordinating broker being replaced on a
+            # loaded host): keep trying rather than exit, as a worker starting up waits for it.
+            log.warning("registering again failed (%s); trying again", exc)
+            self._session_lost = True
+            return
         if self._state is WorkerState.DRAINING:
             self.store.request_drain(self.id)
 

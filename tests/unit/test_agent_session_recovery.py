@@ -1,0 +1,63 @@
+"""A worker whose coordination session was lost keeps trying to register again while the store
+is back but not answering yet, instead of exiting: nothing would restart it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strait.config import parse_config
+from strait.coordination.model import PartitionKey, SessionState
+from strait.coordination.retry import RetryPolicy
+from strait.coordination.store import StoreUnavailable
+from strait.worker import agent as agent_module
+from strait.worker.agent import WorkerAgent
+from strait.worker.task import PartitionTask
+from tests.unit.test_agent_cut_off import Copier
+
+
+class FlakyStore:
+    """Connected again, but refusing registrations the first ``refusals`` times."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.registered = 0
+
+    def session_state(self) -> SessionState:
+        return SessionState.CONNECTED
+
+    def register_worker(self, record: Any) -> None:
+        if self.refusals:
+            self.refusals -= 1
+            raise StoreUnavailable("the coordination session is lost")
+        self.registered += 1
+
+    def update_worker(self, record: Any) -> None: ...
+
+
+def test_a_lost_session_is_recovered_by_registering_again_once_the_store_answers(monkeypatch: Any) -> None:
+    # One try per registration attempt, so each refusal exhausts one attempt's retries.
+    monkeypatch.setattr(
+        agent_module,
+        "RetryPolicy",
+        lambda **kw: RetryPolicy(**{**kw, "max_tries": 1, "deadline_s": None}),
+    )
+    config = parse_config(
+        {
+            "zookeeper": {"session_timeout_s": 4},
+            "clusters": {"src": {}, "dst": {}},
+            "routes": [{"name": "main", "source": "src", "destination": "dst"}],
+        },
+        environ={},
+    )
+    store = FlakyStore(refusals=3)
+    copier = Copier()
+    agent = WorkerAgent(config=config, worker_id="w1", store=store, make_copier=lambda _r: copier)  # type: ignore[arg-type]
+    agent._copiers["main"] = copier
+    agent._tasks[PartitionKey("main", "t", 0)] = PartitionTask("main", "t", 0, "t")
+    agent._on_session(SessionState.LOST)
+    for _ in range(3):
+        agent._step()  # refused: no exception, the loss stays to be recovered
+        assert agent._session_lost and store.registered == 0
+    assert not agent._tasks  # released at the first step
+    agent._step()
+    assert not agent._session_lost and store.registered == 1
