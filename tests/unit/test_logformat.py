@@ -171,7 +171,7 @@ def test_controller_and_worker_set_up_logging_in_the_chosen_format(
     calls: list[tuple[object, object]] = []
     monkeypatch.setattr(logformat, "configure", lambda level, fmt: calls.append((level, fmt)))
     monkeypatch.setattr(strait.controller.server, "serve", lambda *a, **k: None)
-    monkeypatch.setattr(strait.worker.process, "run_worker", lambda *a: None)
+    monkeypatch.setattr(strait.worker.process, "run_worker", lambda *a, **k: None)
     controller(config=config, listen=None, controller_id=None, log_level="INFO", log_format=LogFormat.json)
     worker(config=config, worker_id="w1", pool=None, log_level="DEBUG", log_format=LogFormat.json)
     worker(config=config, worker_id="w1", pool=None, log_level="INFO")

@@ -126,7 +126,7 @@ def test_strait_worker_protects_its_metrics_with_the_configured_token(
     monkeypatch.setattr(
         strait.worker.process,
         "run_worker",
-        lambda cfg, _id: urls.append(exposition.serve_metrics(registry, "127.0.0.1:0")),
+        lambda cfg, _id, **_: urls.append(exposition.serve_metrics(registry, "127.0.0.1:0")),
     )
     worker(config=config, worker_id="w1", pool=None, log_level="WARNING")
     assert _status(urls[0])[0] == 401
