@@ -182,6 +182,7 @@ class KafkaStore:
         self._threads: list[threading.Thread] = []
         self._gatherer: StatsGatherer | None = None
         self._admin = clients.admin(self._props)
+        self._admin_lock = threading.Lock()
         self._producer = clients.producer(self._props, **{"enable.idempotence": True, "linger.ms": 0})
         self._consumer = clients.consumer(
             self._props,
@@ -385,13 +386,24 @@ class KafkaStore:
         )
 
     def _end_offsets(self, timeout_s: float) -> dict[str, int]:
+        admin = self._admin  # held until its answers are in, whatever replaces it meanwhile
         request = {TopicPartition(t, 0): OffsetSpec.latest() for t in self._views}  # type: ignore[no-untyped-call]
-        futures = self._admin.list_offsets(
-            request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s
-        )
-        return {
-            tp.topic: clients.admin_result(f, timeout_s, "coordination end offsets").offset for tp, f in futures.items()
-        }
+        try:
+            futures = admin.list_offsets(
+                request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s
+            )
+            return {
+                tp.topic: clients.admin_result(f, timeout_s, "coordination end offsets").offset
+                for tp, f in futures.items()
+            }
+        except Exception:
+            # librdkafka's admin client can keep a partition leader's stale epoch after that
+            # broker restarted, and then every answer is FENCED_LEADER_EPOCH: a fresh client
+            # with fresh metadata is the way out (after a timeout too: the old one may wait on a dead broker).
+            with self._admin_lock:
+                if self._admin is admin:
+                    self._admin = clients.admin(self._props)
+            raise
 
     def _sync(self, timeout_s: float | None = None) -> None:
         """Wait until the views hold everything committed before now (read-your-writes)."""
