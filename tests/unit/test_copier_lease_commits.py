@@ -4,46 +4,15 @@ owner's checkpoint back."""
 
 from __future__ import annotations
 
-import threading
-
-from strait.worker.copier import Copier
 from strait.worker.lease import Lease
-from tests.unit.test_worker_copier import (
-    ROUTE,
-    FakeCheckpoints,
-    FakeDestinations,
-    FakePipeline,
-    _task,
-    _wait_for,
-)
+from tests.unit.test_worker_copier import FakePipeline, _task, _wait_for, lease_copier
 
 
 def test_no_checkpoint_is_committed_without_a_confirmed_lease_not_even_the_final_one() -> None:
     lease = Lease(valid_for_s=60)
     lease.confirm()
-    refusals = threading.Semaphore(0)
-
-    def valid() -> bool:
-        answer = lease.valid()
-        if not answer:
-            refusals.release()
-        return answer
-
-    checkpoints = FakeCheckpoints()
-    copier = Copier(
-        route=ROUTE,
-        source={"bootstrap.servers": "127.0.0.1:1"},
-        destination={"bootstrap.servers": "127.0.0.1:1"},
-        group_id="strait-a-b",
-        worker_id="w1",
-        commit_interval_s=0.02,
-        pipeline_factory=FakePipeline,
-        checkpoints=checkpoints,
-        destinations=FakeDestinations(),
-        lease=valid,
-    )
+    copier, checkpoints, refusals = lease_copier(lease)
     task = _task(0)
-    copier.start()
     try:
         copier.assign([task])
         realtime: FakePipeline = copier._realtime  # type: ignore[assignment]

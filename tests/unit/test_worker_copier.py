@@ -380,11 +380,8 @@ def test_stop_with_drain_hands_every_partition_over(harness: Harness) -> None:
     assert harness.copier.assigned() == set()
 
 
-def test_partitions_wait_to_start_while_the_workers_lease_is_not_confirmed(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A worker frozen past its session wakes up with a copier that does not know yet: starting
-    # a partition assigned before the freeze would write beside its new owner.
-    monkeypatch.setattr(starts, "START_RETRY_S", 0.05)
-    lease = Lease(valid_for_s=60)
+def lease_copier(lease: Lease) -> tuple[Copier, FakeCheckpoints, threading.Semaphore]:
+    """A started copier asking ``lease``; the semaphore is released at each refused ask."""
     refusals = threading.Semaphore(0)
 
     def valid() -> bool:
@@ -407,6 +404,15 @@ def test_partitions_wait_to_start_while_the_workers_lease_is_not_confirmed(monke
         lease=valid,
     )
     copier.start()
+    return copier, checkpoints, refusals
+
+
+def test_partitions_wait_to_start_while_the_workers_lease_is_not_confirmed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A worker frozen past its session wakes up with a copier that does not know yet: starting
+    # a partition assigned before the freeze would write beside its new owner.
+    monkeypatch.setattr(starts, "START_RETRY_S", 0.05)
+    lease = Lease(valid_for_s=60)
+    copier, _checkpoints, refusals = lease_copier(lease)
     try:
         copier.assign([_task(0)])
         # The lease is asked only for a partition due to start; asked twice, the control thread
