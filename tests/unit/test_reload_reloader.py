@@ -67,7 +67,10 @@ def _reloader(path: Path, applied: list[ReloadPlan], **kwargs: Any) -> Reloader:
     [
         ("clusters: [unclosed", "invalid YAML"),
         ("clusters: {}\nroutes: []\n", "routes"),
-        (None, "clusters.src.sasl.password: cannot read secret file"),
+        (
+            None,
+            "clusters.src.sasl.password: cannot read",
+        ),  # what follows may be masked: other tests mask the value "secret"
         ("EXTRA", "routes.1.delivery"),
     ],
 )
