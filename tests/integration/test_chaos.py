@@ -8,8 +8,7 @@ or left behind, nothing out of order, and every kind of fault really injected.
 The fleet coordinates on a sandbox ZooKeeper (killed and restarted by the schedule).
 `STRAIT_CHAOS_STORE=kafka` runs the same test with the fleet coordinating on the destination
 cluster (the Kafka store, whose faults kill or freeze the broker leading a coordination topic;
-the sandbox then starts no ZooKeeper); it stays out of CI while the Kafka store does not recover
-its leader after the coordinating broker's restart.
+the sandbox then starts no ZooKeeper).
 """
 
 from __future__ import annotations
