@@ -64,7 +64,6 @@ from strait.coordination.model import (
     SessionState,
     TopicSpec,
     WorkerRecord,
-    WorkerState,
     decode_keys,
     encode_keys,
     split_encoded,
@@ -590,18 +589,7 @@ class KafkaStore:
             drains = {worker_id for worker_id, _ in live.under("drain/")}
             workers: dict[str, WorkerRecord] = {}
             for worker_id, entry in live.under("known/"):
-                known = entry.value
-                gone = WorkerState.LEFT if known.get("state") == WorkerState.LEFT.value else WorkerState.DEAD
-                workers[worker_id] = WorkerRecord(
-                    id=worker_id,
-                    state=gone,
-                    live=False,
-                    host=str(known.get("host", "")),
-                    pid=int(known.get("pid", 0)),
-                    drain_requested=worker_id in drains,
-                    pool=str(known.get("pool") or "default"),
-                    gone_since=float(known["updated"]) if gone is WorkerState.LEFT and "updated" in known else None,
-                )
+                workers[worker_id] = WorkerRecord.gone(worker_id, entry.value, drain=worker_id in drains)
             live_ids = self._live_ids(now)
             for worker_id, entry in live.under("worker/"):
                 if worker_id in live_ids:

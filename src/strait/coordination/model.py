@@ -237,6 +237,22 @@ class WorkerRecord:
         return data
 
     @classmethod
+    def gone(cls, worker_id: str, known: Mapping[str, Any], *, drain: bool) -> WorkerRecord:
+        """A worker with no live session, from its last known record: left if it said so, else dead."""
+        state = WorkerState.LEFT if known.get("state") == WorkerState.LEFT.value else WorkerState.DEAD
+        return cls(
+            id=worker_id,
+            state=state,
+            live=False,
+            host=str(known.get("host", "")),
+            pid=int(known.get("pid", 0)),
+            drain_requested=drain,
+            pool=str(known.get("pool") or "default"),
+            # When it left; a dead worker's death is timed by the controller that sees it.
+            gone_since=float(known["updated"]) if state is WorkerState.LEFT and "updated" in known else None,
+        )
+
+    @classmethod
     def from_json(cls, worker_id: str, data: Mapping[str, Any], *, live: bool, drain: bool) -> WorkerRecord:
         try:
             state = WorkerState(data.get("state", "joining"))

@@ -49,7 +49,6 @@ from strait.coordination.model import (
     SessionState,
     TopicSpec,
     WorkerRecord,
-    WorkerState,
 )
 from strait.coordination.split import SplitAssignment
 from strait.coordination.stats import StatsGatherer
@@ -288,18 +287,7 @@ class ZooKeeperStore:
         workers: dict[str, WorkerRecord] = {}
         for worker_id in known_ids:
             known = nodes.get(self._path("workers/known", worker_id), {})
-            state = WorkerState.LEFT if known.get("state") == WorkerState.LEFT.value else WorkerState.DEAD
-            workers[worker_id] = WorkerRecord(
-                id=worker_id,
-                state=state,
-                live=False,
-                host=str(known.get("host", "")),
-                pid=int(known.get("pid", 0)),
-                drain_requested=worker_id in drains,
-                pool=str(known.get("pool") or "default"),
-                # When it left; a dead worker's death is timed by the controller that sees it.
-                gone_since=float(known["updated"]) if state is WorkerState.LEFT and "updated" in known else None,
-            )
+            workers[worker_id] = WorkerRecord.gone(worker_id, known, drain=worker_id in drains)
         for worker_id in live_ids:
             data = nodes.get(self._path("workers/live", worker_id))
             if data is not None:
