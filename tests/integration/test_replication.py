@@ -117,11 +117,14 @@ def test_adding_a_topic_disturbs_no_other_and_removing_stops_it(
             lambda: not any(added in h for w in fleet.api().call("GET", "/workers") for h in w["holding"]), 15
         )
         frozen, source_at_freeze = copied_counts(dst, added, 3), copied_counts(src, added, 3)
-        # The generator writes to both topics all along: once the steady topic's records written
-        # after this point are copied, the workers have had every chance to copy the removed one.
+        # Barrier: the generator has written to the removed topic since it was released. Then, once
+        # the steady topic's records written after that are copied, the workers have had every
+        # chance to copy the removed topic's new records.
+        assert wait_until(lambda: copied_counts(src, added, 3) != source_at_freeze, 30), (
+            "nothing was written to the removed topic after its release"
+        )
         steady_now = copied_counts(src, steady, 4)
         assert wait_until(lambda: all(n >= steady_now[p] for p, n in copied_counts(dst, steady, 4).items()), 60)
-        assert copied_counts(src, added, 3) != source_at_freeze, "nothing was written to the removed topic meanwhile"
         assert copied_counts(dst, added, 3) == frozen, "a removed topic is still being copied"
         assert added not in {t["topic"] for t in fleet.api().call("GET", "/topics")}
     finally:
