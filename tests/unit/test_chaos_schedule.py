@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from strait.bench.chaos import report
+from strait.bench.chaos import outcome, report
 from strait.bench.chaos.check import CopyCheck
 from strait.bench.chaos.outcome import summarize
 from strait.bench.chaos.schedule import (
@@ -372,6 +372,32 @@ def test_missing_records_are_placed_among_the_faults_around_them() -> None:
     run = doc["partitions"][0]["missing_runs"][0]  # type: ignore[index]
     assert run["seq"] == [2, 2] and run["verdict"] == "lost"
     assert run["faults_near"] == ["worker-kill w1 10.2-14.1s"]
+
+
+def test_resent_ranges_are_charged_to_the_fault_nearest_to_their_end() -> None:
+    schedule_steps = [
+        {"fault": 0, "kind": "worker-kill", "target": "w1", "action": "start", "at_s": 10.2, "outcome": "ok"},
+        {"fault": 0, "kind": "worker-kill", "target": "w1", "action": "end", "at_s": 14.1, "outcome": "ok"},
+        {"fault": 1, "kind": "broker-kill", "target": "src-1", "action": "start", "at_s": 30.0, "outcome": "ok"},
+    ]
+    check = CopyCheck({(T, 0): b"\x01" * 60})
+    # Record n was sent at n seconds. Re-sent: 5-12 after the worker kill (back 8 s of traffic),
+    # 29-31 after the broker kill, 50-51 far from any fault.
+    arrivals = [*range(13), *range(5, 32), *range(29, 52), *range(50, 60)]
+    for offset, seq in enumerate(arrivals):
+        check.observe(T, 0, offset, 0, seq, sent_us=seq * 1_000_000)
+    rows = outcome.resends_by_fault(check.verdicts(checkpoints={}, located={}), schedule_steps, 0)
+    assert rows == {
+        "broker-kill": {"ranges": 1, "records": 3, "largest_records": 3, "largest_s": 2.0},
+        "no fault near": {"ranges": 1, "records": 2, "largest_records": 2, "largest_s": 1.0},
+        "worker-kill": {"ranges": 1, "records": 8, "largest_records": 8, "largest_s": 7.0},
+    }
+    doc = _summary([0, 1, 2, 3, 2, 3])
+    # Both records were sent at 0 s, 10 s before the worker kill that sent the copy back.
+    assert doc["resends_by_fault"] == {
+        "worker-kill": {"ranges": 1, "records": 2, "largest_records": 2, "largest_s": 0.0}
+    }
+    assert "| worker-kill | 1 | 2 | 2 | 0.00 |" in report.render([doc])
 
 
 def test_the_reliability_report_shows_each_run_and_its_verdict() -> None:

@@ -73,6 +73,9 @@ class PartitionVerdict:
     # The largest re-sent ranges as (first sequence number, records, its first send time in µs):
     # how far behind the copy its checkpoint was when an owner went back to it.
     largest_resends: tuple[tuple[int, int, int], ...] = ()
+    # Every re-sent range as (records, first and last send time in µs), to place it next to the
+    # fault that caused it; not part of the JSON (the summary aggregates it per fault kind).
+    resends: tuple[tuple[int, int, int], ...] = ()
     # Where the first out-of-order and interleaved records are, for a person to look at.
     problems: tuple[str, ...] = ()
 
@@ -117,7 +120,8 @@ class _Partition:
     resent_ranges: int = 0
     misrouted: int = 0
     beyond: int = 0
-    resends: list[list[int]] = field(default_factory=list)  # [first seq, records, first send time µs]
+    # [first seq, records, first send time µs, last send time µs]
+    resends: list[list[int]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     def note(self, problem: str) -> None:
@@ -153,8 +157,9 @@ class CopyCheck:
                 state.note(f"interleaved: destination offset {dst_offset} repeats {seq} after {state.previous}")
             if not state.in_range or seq != state.previous + 1:
                 state.resent_ranges += 1
-                state.resends.append([seq, 0, sent_us])
+                state.resends.append([seq, 0, sent_us, sent_us])
             state.resends[-1][1] += 1
+            state.resends[-1][3] = sent_us
             state.in_range = True
         else:
             state.seen[seq] = 1
@@ -239,8 +244,9 @@ class CopyCheck:
                     runs=tuple(runs),
                     problems=tuple(state.problems),
                     largest_resends=tuple(
-                        (s, n, t) for s, n, t in sorted(state.resends, key=lambda r: -r[1])[:_MAX_RESENDS]
+                        (s, n, t) for s, n, t, _ in sorted(state.resends, key=lambda r: -r[1])[:_MAX_RESENDS]
                     ),
+                    resends=tuple((n, first, last) for _, n, first, last in state.resends),
                 )
             )
         return out

@@ -30,6 +30,12 @@ COUNTS = (
 )
 # A missing record is shown with the faults in effect this long before or after it was sent.
 NEAR_S = 15.0
+# A re-sent range is charged to the fault that struck nearest to when its last record was sent
+# (the copy stood about there when the fault sent its owner back to the checkpoint): a fault in
+# effect from up to RESEND_BEFORE_S before to RESEND_AFTER_S after it (the copy's lag).
+RESEND_BEFORE_S = 5.0
+RESEND_AFTER_S = 15.0
+NO_FAULT = "no fault near"
 
 
 def summarize(
@@ -71,6 +77,7 @@ def summarize(
         for resend in entry.get("largest_resends", []):
             resend["sent_at_s"] = round((resend.pop("sent_us") - chaos_started_us) / 1e6, 1)
         partitions.append(entry)
+    resends = resends_by_fault(verdicts, steps, chaos_started_us)
     reasons = _reasons(totals, per_topic, options["delivery"])
     if load.get("crash"):
         reasons.append(f"the load stopped early: {load['crash']}")
@@ -107,6 +114,7 @@ def summarize(
         "read": dict(read),
         "totals": totals,
         "per_topic": per_topic,
+        "resends_by_fault": resends,
         "partitions": partitions,
         "workdir": workdir,
     }
@@ -145,18 +153,52 @@ def _tally(steps: Sequence[Mapping[str, Any]], outcome: str) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def _faults_near(steps: Sequence[Mapping[str, Any]], at_s: float) -> list[str]:
-    """Faults in effect within NEAR_S of `at_s`, as 'kind target start-end'."""
+def resends_by_fault(
+    verdicts: Sequence[PartitionVerdict], steps: Sequence[Mapping[str, Any]], chaos_started_us: int
+) -> dict[str, dict[str, float]]:
+    """Per fault kind: the re-sent ranges charged to it, their records, and the largest range in
+    records and in seconds of the partition's traffic (send time of its last record minus its first)."""
+    spans = _spans(steps)
+    out: dict[str, dict[str, float]] = {}
+    for verdict in verdicts:
+        for records, first_us, last_us in verdict.resends:
+            at_s = (last_us - chaos_started_us) / 1e6
+            kind = _cause(spans, at_s)
+            row = out.setdefault(kind, {"ranges": 0, "records": 0, "largest_records": 0, "largest_s": 0.0})
+            row["ranges"] += 1
+            row["records"] += records
+            row["largest_records"] = max(row["largest_records"], records)
+            row["largest_s"] = max(row["largest_s"], round((last_us - first_us) / 1e6, 2))
+    return dict(sorted(out.items()))
+
+
+def _cause(spans: Sequence[tuple[str, str, float, float]], at_s: float) -> str:
+    near = [
+        (abs(start - at_s), kind)
+        for kind, _, start, finish in spans
+        if start - RESEND_AFTER_S <= at_s <= finish + RESEND_BEFORE_S
+    ]
+    return min(near)[1] if near else NO_FAULT
+
+
+def _spans(steps: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, float, float]]:
+    """Each fault as (kind, target, when it took effect, when it ended) in seconds from the start."""
     spans: dict[int, list[Any]] = {}
     for step in steps:
         span = spans.setdefault(step["fault"], [step["kind"], step["target"], None, None])
         # When the step took effect: a kill that waited for an earlier fault struck at its end.
         span[2 if step["action"] == "start" else 3] = step.get("done_s", step["at_s"])
+    return [
+        (kind, target, start, end if end is not None else start)
+        for kind, target, start, end in spans.values()
+        if start is not None
+    ]
+
+
+def _faults_near(steps: Sequence[Mapping[str, Any]], at_s: float) -> list[str]:
+    """Faults in effect within NEAR_S of `at_s`, as 'kind target start-end'."""
     near = []
-    for kind, target, start, end in spans.values():
-        if start is None:
-            continue
-        finish = end if end is not None else start
+    for kind, target, start, finish in _spans(steps):
         if start - NEAR_S <= at_s <= finish + NEAR_S:
             near.append(f"{kind} {target} {start:.1f}-{finish:.1f}s")
     return near

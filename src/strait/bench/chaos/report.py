@@ -226,6 +226,24 @@ def _resends(d: Mapping[str, Any]) -> list[str]:
     return [title, "", *lines, ""] if lines else []
 
 
+def _resends_by_fault(d: Mapping[str, Any]) -> list[str]:
+    rows = d.get("resends_by_fault")
+    if not rows:
+        return []
+    lines = [
+        "Re-sent ranges by the fault nearest to them (seconds: the range's span of the partition's traffic):",
+        "",
+        "| fault | re-sent ranges | records re-sent | largest range (records) | largest range (s) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for kind, row in rows.items():
+        lines.append(
+            f"| {kind} | {_n(row['ranges'])} | {_n(row['records'])} | {_n(row['largest_records'])} "
+            f"| {row['largest_s']:.2f} |"
+        )
+    return [*lines, ""]
+
+
 def _copy(d: Mapping[str, Any]) -> str:
     copy = (d.get("params") or {}).get("copy")
     return f" (copy: {copy})" if copy else ""
@@ -264,6 +282,7 @@ def _run(d: Mapping[str, Any]) -> list[str]:
         *_topics(d),
         "",
         *_missing(d),
+        *_resends_by_fault(d),
         *_resends(d),
         "The schedule as executed, fault by fault, is in the run's result file.",
         "",
