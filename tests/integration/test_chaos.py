@@ -5,10 +5,10 @@ clusters (replication factor 3, min.insync.replicas 2), with a fixed seed whose 
 every kind of fault of the store, under the CPU hog. Required: not one acknowledged record lost
 or left behind, nothing out of order, and every kind of fault really injected.
 
-The fleet coordinates on a sandbox ZooKeeper (killed and restarted by the schedule).
-`STRAIT_CHAOS_STORE=kafka` runs the same test with the fleet coordinating on the destination
-cluster (the Kafka store, whose faults kill or freeze the broker leading a coordination topic;
-the sandbox then starts no ZooKeeper).
+The fleet coordinates on the destination cluster (the Kafka store, Strait's default), whose
+faults kill or freeze the broker leading a coordination topic; the sandbox starts no ZooKeeper.
+`STRAIT_CHAOS_STORE=zookeeper` runs the same test with the fleet coordinating on a sandbox
+ZooKeeper (killed and restarted by the schedule).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from strait.sandbox import Sandbox, SandboxSpec
 
 pytestmark = pytest.mark.integration
 
-STORE = "kafka" if os.environ.get("STRAIT_CHAOS_STORE", "zookeeper") == "kafka" else "zookeeper"
+STORE = "zookeeper" if os.environ.get("STRAIT_CHAOS_STORE", "kafka") == "zookeeper" else "kafka"
 KINDS = STORE_KINDS[STORE]
 # Each seed's schedule grows a source topic before it first kills a source broker: a broker
 # killed with -9 may need minutes to serve again on a starved machine, and no topic can grow
