@@ -14,7 +14,7 @@ _METHOD = (
     "port, so every connection a client opens from metadata crosses it; the delay is two `latency` toxics, half "
     "of the round trip on the way to the broker and half on the way back. The destination, Strait's coordination "
     "and the workload stay local, as for a disaster-recovery copy run next to its destination. D = 0 runs through "
-    "the same proxies without a toxic, so \"kept\" (records/s at D over records/s at 0 of the same system) "
+    'the same proxies without a toxic, so "kept" (records/s at D over records/s at 0 of the same system) '
     "measures the delay, not the proxy. The proxy holds every request for its round trip however many are in "
     "flight, but it does not model a long link's TCP window (each connection stays on loopback): socket-buffer "
     "limits of a real link do not show here. MirrorMaker 2 runs the profile named in the table "

@@ -365,19 +365,26 @@ def wan(
     keep: bool = _KEEP,
 ) -> None:
     """Copy a pre-filled topic with the source cluster D ms away (a Toxiproxy delayed link): records/s."""
-    from strait.bench.delayed_link import DelayedLink
+    from strait.bench import delayed_link
     from strait.bench.scenarios.wan import wan as scenario
 
     chosen = _delays(delays)
     copies = _default_or_copies(copy)
     profiles = _mm2_profiles(mm2_profile)
+    try:
+        delayed_link.binary()  # found or built before any cluster starts
+    except delayed_link.LinkError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
 
     def body(bench: Any) -> list[dict[str, Any]]:
-        brokers = bench.sandbox.clusters[bench.src_cluster].brokers
-        link = DelayedLink([(b.proxy_port, b.proxied_port) for b in brokers], bench.workdir / "link")
+        source = bench.sandbox.clusters[bench.src_cluster]
+        link = delayed_link.DelayedLink(
+            [(b.proxy_port, b.proxied_port) for b in source.brokers], bench.workdir / "link"
+        )
         link.start()
         try:
-            bench.replicator_source = bench.sandbox.clusters[bench.src_cluster].proxied_bootstrap
+            bench.replicator_source = source.proxied_bootstrap
             result = scenario(
                 bench,
                 link,
