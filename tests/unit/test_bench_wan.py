@@ -148,6 +148,8 @@ def test_the_report_has_a_wan_section_and_summary_line() -> None:
     assert "## Across a WAN: the source cluster D ms away" in text
     assert "| 100 | default | wan | 99,000 | 10,000 | 9.90 | 0.90 | 0.20 |" in text
     assert "failed: copy incomplete" in text
+    # The settings the `wan` profile adds to `tuned` are named from the profile itself.
+    assert "`tuned` settings plus `src.consumer.receive.buffer.bytes=8388608`" in text
     (line,) = wan_summary(doc)
     assert "100 ms round trip" in line and "9.90" in line
     assert wan_summary(None) == [] and "wan" in report.SCENARIOS

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from strait.bench.markdown import VERDICT_HEADER, _n, _table, _verdict
+from strait.bench.mirrormaker import MM2_PROFILES
 
 _METHOD = (
     "The throughput copy (a pre-filled topic copied in full, records/s from the first to the last record at the "
@@ -17,9 +18,12 @@ _METHOD = (
     'the same proxies without a toxic, so "kept" (records/s at D over records/s at 0 of the same system) '
     "measures the delay, not the proxy. The proxy holds every request for its round trip however many are in "
     "flight, but it does not model a long link's TCP window (each connection stays on loopback): socket-buffer "
-    "limits of a real link do not show here. MirrorMaker 2 runs the profile named in the table "
-    "(`wan`: the `tuned` settings plus `src.consumer.receive.buffer.bytes=8388608` and "
-    "`src.consumer.send.buffer.bytes=1048576`)."
+    "limits of a real link do not show here. MirrorMaker 2 runs the profile named in the table (`wan`: the "
+    "`tuned` settings plus "
+    + ", ".join(
+        f"`{key}={value}`" for key, value in MM2_PROFILES["wan"].items() if MM2_PROFILES["tuned"].get(key) != value
+    )
+    + ")."
 )
 
 
