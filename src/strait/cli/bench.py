@@ -356,6 +356,9 @@ def wan(
         "wan", "--mm2-profile", help="MirrorMaker 2 settings: default, tuned, wan (comma-separated)."
     ),
     timeout: float = typer.Option(600.0, help="Longest wait for one copy, in seconds."),
+    warm_records: int = typer.Option(
+        100_000, help="Records of a first, unmeasured copy at 0 ms that warms the fresh brokers (0: none)."
+    ),
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
@@ -398,6 +401,7 @@ def wan(
                 copies=copies,
                 mm2_profiles=profiles,
                 timeout_s=timeout,
+                warm_records=warm_records,
             )
         finally:
             link.stop()
