@@ -78,7 +78,7 @@ def test_the_tuned_profile_reaches_mirrormakers_clients() -> None:
         assert f"{key} = {value}" in lines
     with pytest.raises(ValueError, match="unknown"):
         profile_properties("fast")
-    assert set(MM2_PROFILES) == {"default", "tuned"}
+    assert set(MM2_PROFILES) == {"default", "tuned", "wan"}
 
 
 def test_a_fast_copy_is_timed_over_the_records_between_polls() -> None:

@@ -158,6 +158,14 @@ MM2_PROFILES: dict[str, dict[str, str]] = {
         "src.consumer.max.partition.fetch.bytes": "4194304",
     },
 }
+# Tuned for a source across a long link (`strait bench wan`): the tuned settings, and the socket
+# buffers an operator raises so one connection's TCP window covers the bandwidth-delay product
+# (defaults: 64 KB receive for the consumer, 128 KB send for the producer).
+MM2_PROFILES["wan"] = {
+    **MM2_PROFILES["tuned"],
+    "src.consumer.receive.buffer.bytes": "8388608",
+    "src.consumer.send.buffer.bytes": "1048576",
+}
 
 
 def profile_properties(profile: str) -> dict[str, str]:

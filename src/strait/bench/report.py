@@ -25,6 +25,7 @@ from strait.bench.report_missing import MISSING_TERMS, missing_summary
 from strait.bench.report_other import comparison_sections, provenance, scale_sections, shown_command
 from strait.bench.report_security import SECURITY_SECTION
 from strait.bench.report_throughput import throughput_md as _throughput_md
+from strait.bench.report_wan import WAN_SECTION, wan_summary
 
 SCENARIOS = (
     "smoke",
@@ -37,6 +38,7 @@ SCENARIOS = (
     "failover",
     "security",
     "isolation",
+    "wan",
 )
 
 COMMANDS = {
@@ -50,6 +52,7 @@ COMMANDS = {
     "failover": "strait bench failover",
     "security": "strait bench security",
     "isolation": "strait bench isolation",
+    "wan": "strait bench wan",
 }
 
 
@@ -296,6 +299,7 @@ _SECTIONS: dict[str, tuple[str, str, Callable[[dict[str, Any]], list[str]]]] = {
     "failover": FAILOVER_SECTION,
     "security": SECURITY_SECTION,
     "isolation": ISOLATION_SECTION,
+    "wan": WAN_SECTION,
 }
 
 
@@ -348,6 +352,7 @@ def _summary(results: dict[str, dict[str, Any]]) -> list[str]:
     lines += delivery_summary(results.get("delivery"))
     lines += failover_summary(results.get("failover"))
     lines += isolation_summary_lines(results.get("isolation"))
+    lines += wan_summary(results.get("wan"))
     lines += missing_summary(results)
     return ["## Summary", "", *lines, ""] if lines else []
 
@@ -413,6 +418,7 @@ def render_markdown(results: dict[str, dict[str, Any]], results_dir: Path | None
         "throughput",
         "latency",
         "isolation",
+        "wan",
         "add-topics",
         "worker-failure",
         "delivery",

@@ -338,6 +338,98 @@ def isolation(
     _session(systems, results_dir, markdown, workdir, keep, body, max_load=max_load, ignore_load=ignore_load)
 
 
+@app.command()
+def wan(
+    delays: str = typer.Option(
+        "0,50,100", help="Round trips to the source cluster in ms (half each way), comma-separated; 0 is the baseline."
+    ),
+    size: int = typer.Option(1024, help="Record size in bytes."),
+    compression: str = typer.Option("none", help="Source (and replicator producer) compression type."),
+    records: int = typer.Option(200_000, help="Records in each pre-filled topic."),
+    partitions: int = typer.Option(8, help="Partitions of the source topic."),
+    parallelism: int = typer.Option(1, help="Strait worker processes = MirrorMaker tasks."),
+    repeats: int = typer.Option(1, help="Repeat every delay (system order alternates each time)."),
+    copy: str = typer.Option(
+        "default", "--copy", help="Strait's route copy modes: default (the route's), record, batch (comma-separated)."
+    ),
+    mm2_profile: str = typer.Option(
+        "wan", "--mm2-profile", help="MirrorMaker 2 settings: default, tuned, wan (comma-separated)."
+    ),
+    timeout: float = typer.Option(600.0, help="Longest wait for one copy, in seconds."),
+    warm_records: int = typer.Option(
+        100_000, help="Records of a first, unmeasured copy at 0 ms that warms the fresh brokers (0: none)."
+    ),
+    max_load: float = _MAX_LOAD,
+    ignore_load: bool = _IGNORE_LOAD,
+    systems: str = _SYSTEMS,
+    results_dir: Path = _RESULTS,
+    markdown: Path = _MARKDOWN,
+    workdir: Path | None = _WORKDIR,
+    keep: bool = _KEEP,
+) -> None:
+    """Copy a pre-filled topic with the source cluster D ms away (a Toxiproxy delayed link): records/s."""
+    from strait.bench import delayed_link
+    from strait.bench.scenarios.wan import wan as scenario
+
+    chosen = _delays(delays)
+    copies = _default_or_copies(copy)
+    profiles = _mm2_profiles(mm2_profile)
+    try:
+        delayed_link.binary()  # found or built before any cluster starts
+    except delayed_link.LinkError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+
+    def body(bench: Any) -> list[dict[str, Any]]:
+        source = bench.sandbox.clusters[bench.src_cluster]
+        link = delayed_link.DelayedLink(
+            [(b.proxy_port, b.proxied_port) for b in source.brokers], bench.workdir / "link"
+        )
+        link.start()
+        try:
+            bench.replicator_source = source.proxied_bootstrap
+            result = scenario(
+                bench,
+                link,
+                delays_ms=chosen,
+                size=size,
+                compression=compression,
+                records=records,
+                partitions=partitions,
+                parallelism=parallelism,
+                repeats=repeats,
+                copies=copies,
+                mm2_profiles=profiles,
+                timeout_s=timeout,
+                warm_records=warm_records,
+            )
+        finally:
+            link.stop()
+        return [result]
+
+    _session(
+        systems,
+        results_dir,
+        markdown,
+        workdir,
+        keep,
+        body,
+        max_load=max_load,
+        ignore_load=ignore_load,
+        proxied=("src",),
+    )
+
+
+def _delays(value: str) -> list[int]:
+    try:
+        delays = [int(x) for x in _words(value)]
+    except ValueError:
+        delays = []
+    if not delays or any(d < 0 for d in delays):
+        raise typer.BadParameter("give round trips in whole ms, 0 or more, comma-separated", param_hint="--delays")
+    return delays
+
+
 # Scenarios kept in their own module (strait.cli.bench_events), registered here in `--help` order.
 app.command("add-topics")(bench_events.add_topics)
 app.command("worker-failure")(bench_events.worker_failure)

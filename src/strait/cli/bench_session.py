@@ -76,12 +76,14 @@ def _session(
     ignore_load: bool,
     clusters: tuple[tuple[str, ...], dict[str, str]] | None = None,
     store: str = "zookeeper",
+    proxied: tuple[str, ...] = (),
 ) -> None:
     """Sandbox up, run ``body(bench)``, save and plot its results, regenerate the Markdown, tear down.
 
     Refused on a busy machine (``max_load``, ``ignore_load``: see _quiet), before anything starts.
     ``clusters``: the sandbox's cluster names and their security modes (default src and dst, plaintext).
-    ``store``: where Strait's fleet coordinates (kafka: on ``dst``, and the sandbox starts no ZooKeeper)."""
+    ``store``: where Strait's fleet coordinates (kafka: on ``dst``, and the sandbox starts no ZooKeeper).
+    ``proxied``: clusters whose brokers get a listener for a proxy in front (``SandboxSpec.proxied``)."""
     from strait.bench import machine, report
     from strait.bench.scenarios import Bench
     from strait.sandbox import Sandbox, SandboxSpec
@@ -105,6 +107,7 @@ def _session(
         state_dir=root / "sandbox",
         security=modes,
         zookeeper=_store(store) == "zookeeper",
+        proxied=proxied,
     )
     sandbox = Sandbox.up(spec)
     failed = True

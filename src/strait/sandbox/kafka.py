@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KAFKA_MAIN = "kafka.Kafka"
+# The listener a proxy stands in front of (BrokerLayout.proxied_port).
+PROXIED_LISTENER = "PROXIED"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 
 
@@ -47,6 +49,11 @@ class BrokerLayout:
     listener: str = "PLAINTEXT"
     controller_protocol: str = "PLAINTEXT"
     security: tuple[str, ...] = ()  # server.properties lines of a secured cluster (sandbox.security)
+    # A second, plaintext listener for clients that go through a proxy (a delayed link): the broker
+    # listens on ``proxied_port`` and tells its clients to connect to ``proxy_port``, so every
+    # connection a client opens from metadata, not only its bootstrap, passes the proxy.
+    proxied_port: int | None = None
+    proxy_port: int | None = None
 
     @property
     def is_controller(self) -> bool:
@@ -56,14 +63,22 @@ class BrokerLayout:
 def write_config(layout: BrokerLayout) -> Path:
     """Render server.properties with small thread pools and test-friendly timings."""
     replication = min(3, layout.cluster_size)
+    proxied = layout.proxied_port is not None and layout.proxy_port is not None
+    listeners = f"{layout.listener}://127.0.0.1:{layout.port}"
+    advertised = listeners
+    protocols = f"{layout.listener}:{layout.listener},CONTROLLER:{layout.controller_protocol}"
+    if proxied:
+        listeners += f",{PROXIED_LISTENER}://127.0.0.1:{layout.proxied_port}"
+        advertised += f",{PROXIED_LISTENER}://127.0.0.1:{layout.proxy_port}"
+        protocols += f",{PROXIED_LISTENER}:PLAINTEXT"
     lines = [
         f"node.id={layout.node_id}",
         f"controller.quorum.voters=1@127.0.0.1:{layout.controller_port}",
         "controller.listener.names=CONTROLLER",
-        f"listener.security.protocol.map={layout.listener}:{layout.listener},CONTROLLER:{layout.controller_protocol}",
+        f"listener.security.protocol.map={protocols}",
         # Brokers replicate over the same (secured) listener clients use.
         f"inter.broker.listener.name={layout.listener}",
-        f"advertised.listeners={layout.listener}://127.0.0.1:{layout.port}",
+        f"advertised.listeners={advertised}",
         f"log.dirs={','.join(str(d) for d in layout.log_dirs)}",
         "num.network.threads=2",
         "num.io.threads=2",
@@ -94,10 +109,10 @@ def write_config(layout: BrokerLayout) -> Path:
     if layout.is_controller:
         lines += [
             "process.roles=broker,controller",
-            f"listeners={layout.listener}://127.0.0.1:{layout.port},CONTROLLER://127.0.0.1:{layout.controller_port}",
+            f"listeners={listeners},CONTROLLER://127.0.0.1:{layout.controller_port}",
         ]
     else:
-        lines += ["process.roles=broker", f"listeners={layout.listener}://127.0.0.1:{layout.port}"]
+        lines += ["process.roles=broker", f"listeners={listeners}"]
     if layout.rack is not None:
         lines.append(f"broker.rack={layout.rack}")
     lines += layout.security

@@ -53,6 +53,9 @@ class SandboxSpec:
     broker_heap: str = "384m"
     # One mode for every cluster, or {cluster: mode} (others plaintext); see sandbox.security.
     security: str | Mapping[str, str] = "plaintext"
+    # Plaintext clusters whose brokers get a second listener advertised at a proxy's port
+    # (ClusterState.proxied_props): the proxy itself is the caller's to start.
+    proxied: tuple[str, ...] = ()
 
     def security_modes(self) -> dict[str, SecurityMode]:
         """Each cluster's security mode."""
@@ -72,7 +75,12 @@ class SandboxSpec:
             raise SandboxError(f"--racks must be between 0 and the broker count ({self.brokers}), got {self.racks}")
         if self.log_dirs < 1:
             raise SandboxError(f"--log-dirs must be at least 1, got {self.log_dirs}")
-        self.security_modes()
+        modes = self.security_modes()
+        for name in self.proxied:
+            if name not in modes:
+                raise SandboxError(f"proxied cluster {name!r} is not one of {', '.join(self.clusters)}")
+            if modes[name].secured:
+                raise SandboxError(f"proxied cluster {name!r} must be plaintext")
 
 
 @dataclass
@@ -85,6 +93,10 @@ class BrokerState:
     config: str
     log: str
     pid: int | None = None
+    # Set on a proxied cluster: where the broker's proxied listener binds, and the port it
+    # advertises there (the proxy's, SandboxSpec.proxied).
+    proxied_port: int | None = None
+    proxy_port: int | None = None
 
 
 @dataclass
@@ -108,6 +120,14 @@ class ClusterState:
     def admin_props(self) -> dict[str, str]:
         """librdkafka properties for the super user ``admin`` (the same as props() when plaintext)."""
         return security.client_props(self.security, self.bootstrap, self.credentials, security.ADMIN)
+
+    @property
+    def proxied_bootstrap(self) -> str | None:
+        """The proxy ports of a proxied cluster: clients that start there only ever reach the
+        brokers through the proxy. None if the cluster has no proxied listener."""
+        if not self.brokers or any(b.proxy_port is None for b in self.brokers):
+            return None
+        return ",".join(f"127.0.0.1:{b.proxy_port}" for b in self.brokers)
 
     def broker(self, broker_id: int) -> BrokerState:
         for broker in self.brokers:
@@ -215,11 +235,16 @@ class Sandbox:
         cluster = ClusterState(name=name, cluster_id=kafka.new_cluster_id(), security=mode, credentials=credentials)
         controller_port = ports.free_port()
         taken = {controller_port}
-        for node_id in range(1, spec.brokers + 1):
+        def new_port() -> int:
             port = ports.free_port()
             while port in taken:
                 port = ports.free_port()
             taken.add(port)
+            return port
+
+        for node_id in range(1, spec.brokers + 1):
+            port = new_port()
+            proxied = name in spec.proxied
             rack = f"r{(node_id - 1) % spec.racks + 1}" if spec.racks else None
             home = self.state_dir / "clusters" / name / f"broker-{node_id}"
             dirs = [str(home / f"disk-{i}") for i in range(spec.log_dirs)]
@@ -232,6 +257,8 @@ class Sandbox:
                     log_dirs=dirs,
                     config=str(home / "server.properties"),
                     log=str(home / "broker.log"),
+                    proxied_port=new_port() if proxied else None,
+                    proxy_port=new_port() if proxied else None,
                 )
             )
             kafka.write_config(self._layout(cluster, cluster.brokers[-1], spec.brokers))
@@ -252,6 +279,8 @@ class Sandbox:
             listener=mode.protocol,
             controller_protocol=mode.controller_protocol,
             security=tuple(security.broker_settings(mode, cluster.credentials)),
+            proxied_port=broker.proxied_port,
+            proxy_port=broker.proxy_port,
         )
 
     def _format_all(self, kafka_cp: str, timeout_s: float = 120.0) -> None:

@@ -48,6 +48,9 @@ class Bench:
     super_user: bool = False
     # Where Strait's fleet coordinates: the sandbox's ZooKeeper, or the destination cluster (kafka).
     store: str = "zookeeper"
+    # Where the replicators reach the source, when not at its own bootstrap (a delayed link in
+    # front of it); the workload and the verifier still use the source directly.
+    replicator_source: str | None = None
     _runs: int = field(default=0, init=False)
 
     @property
@@ -94,11 +97,12 @@ class Bench:
         ``mm2_extra`` (MirrorMaker only): properties set over the rendered ``mm2.properties``;
         ``strait_groups`` (Strait only): the route's ``groups`` (consumer-group offset sync);
         ``strait_copy`` (Strait only): the route's ``copy`` mode (batch or record)."""
+        src_bootstrap = self.replicator_source or self.src["bootstrap.servers"]
         if system == "strait":
             return StraitReplicator(
                 zookeeper=self.sandbox.zookeeper if self.store == "zookeeper" else None,
                 store=self.store,
-                src_props=self.src,
+                src_props={**self.src, "bootstrap.servers": src_bootstrap},
                 dst_props=self.dst,
                 workdir=run_dir / "strait",
                 workers=parallelism,
@@ -111,7 +115,7 @@ class Bench:
         if delivery is not None:
             raise ValueError("delivery modes are Strait's: MirrorMaker 2 runs with its defaults")
         return MirrorMaker2(
-            src_bootstrap=self.src["bootstrap.servers"],
+            src_bootstrap=src_bootstrap,
             dst_bootstrap=self.dst["bootstrap.servers"],
             # On secured clusters MirrorMaker runs as the super user: its Connect group and
             # internal topics are not among the ACLs of Strait's least-privilege user.

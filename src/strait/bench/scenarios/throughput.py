@@ -126,7 +126,7 @@ def throughput(
 
 
 def _systems(
-    order: Sequence[str], copies: Sequence[str], profiles: Sequence[str] = ("default",)
+    order: Sequence[str], copies: Sequence[str | None], profiles: Sequence[str] = ("default",)
 ) -> list[tuple[str, str | None, str | None]]:
     """(system, Strait copy mode, MM2 profile) in the run order: Strait has no profile, MM2 no copy mode."""
     return [
