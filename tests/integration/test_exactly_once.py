@@ -9,6 +9,7 @@ it maps every committed copy and no aborted one, so failover stays exact across 
 from __future__ import annotations
 
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from strait.metrics.stages import RouteObserver
 from strait.offsetmap import failover
 from strait.offsetmap.store import read_map
 from strait.sandbox import Sandbox
+from strait.worker import transactional
 from strait.worker.copier import Copier
 from strait.worker.exactly_once import exactly_once_parts
 from strait.worker.task import PartitionTask
@@ -358,3 +360,67 @@ def test_a_checkpoint_behind_the_copied_data_is_corrected_from_the_destination(
         assert seqs[p] == list(range(2000)), _describe({p: seqs[p]}, 2000)
     checkpoints = second._checkpoints
     assert getattr(checkpoints, "corrections", None) == 1
+
+
+class _AnswerLost:
+    """A transactional producer whose first commit reaches the destination but whose answer
+    never comes back: the call blocks until ``release`` is set, as when the transaction
+    coordinator's broker dies between writing the commit and answering it."""
+
+    def __init__(self, producer: Any) -> None:
+        self._producer = producer
+        self.committed = threading.Event()
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+    def commit_transaction(self, *args: Any) -> None:
+        if self.committed.is_set():
+            self._producer.commit_transaction(*args)
+            return
+        self._producer.commit_transaction(*args)
+        self.committed.set()
+        self.release.wait(120)
+
+
+def test_a_commit_whose_answer_is_lost_copies_nothing_twice(
+    sandbox: Sandbox, make_copier: Callable[..., Copier], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The destination committed a transaction whose answer the worker never got. Its
+    partitions must resume where the destination says (the transaction's own offsets), not at
+    the checkpoint the worker last saw committed: that would copy the whole transaction again."""
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    route, topic, partitions = _name("eosl"), _name("eos-lost"), 2
+    _create(src, topic, partitions)
+    _produce(src, topic, partitions, 0, 1000)
+    # The hung commit is given up after 3 s instead of the production deadline.
+    monkeypatch.setattr(transactional, "HUNG_AFTER_S", 3.0)
+    # Transactions of 2 s: the one whose answer is lost holds a good share of the records below.
+    copier = make_copier(route, "w1", transaction_interval_ms=2000)
+    tasks = [PartitionTask(route, topic, p, topic) for p in range(partitions)]
+    copier.assign(tasks)
+    _wait(lambda: _checkpoints(copier, tasks) == [1000] * partitions, 90, "the first records copied")
+    pipeline: Any = copier._realtime  # caught up: every partition is copied there
+    lost = _AnswerLost(pipeline._producer)
+    pipeline._producer = lost
+    try:
+        _produce(src, topic, partitions, 1000, 1000)
+        assert lost.committed.wait(60), "no transaction was committed"
+        _produce(src, topic, partitions, 2000, 1000)
+
+        def restarted_and_done() -> bool:
+            # What the worker's agent does with a partition its pipeline stopped (an unknown
+            # outcome settled, see transaction_recovery): start it again from its checkpoint.
+            stopped = [t for t, s in copier.stats().items() if s.state.startswith("failed:")]
+            if stopped:
+                assert not copier.revoke(stopped, timeout_s=30)
+                copier.assign(stopped)
+            return _checkpoints(copier, tasks) == [3000] * partitions
+
+        _wait(restarted_and_done, 120, "the copy at the end")
+    finally:
+        lost.release.set()
+    seqs = _read_committed(dst, topic, partitions)
+    for p in range(partitions):
+        assert seqs[p] == list(range(3000)), _describe({p: seqs[p]}, 3000)
