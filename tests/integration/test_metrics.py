@@ -84,9 +84,9 @@ def test_worker_and_controller_metrics_show_the_copied_records_and_lag(fleet: Ob
     assert total(worker, "strait_stage_seconds_count", stage="checkpoint_commit") > 0
     # The destination broker's id labels the acknowledgements (the batch pipeline's own round
     # trips; librdkafka's statistics in record mode).
-    assert wait_until(
-        lambda: total(worker_scrape(), "strait_broker_rtt_seconds", cluster="destination") > 0, 15
-    ), "no per-broker round-trip times"
+    assert wait_until(lambda: total(worker_scrape(), "strait_broker_rtt_seconds", cluster="destination") > 0, 15), (
+        "no per-broker round-trip times"
+    )
 
     controller_url = fleet.url() + "/metrics"
 
@@ -119,8 +119,10 @@ def test_worker_and_controller_metrics_show_the_copied_records_and_lag(fleet: Ob
         os.kill(pid, signal.SIGCONT)
     assert wait_until(controller_caught_up, 30), "lag did not return to 0 after the worker resumed"
     assert wait_until(
-        lambda: value(worker_scrape(), "strait_copied_records_total", route=ROUTE, topic=TOPIC, partition="0")
-        == PER_PARTITION + 100,
+        lambda: (
+            value(worker_scrape(), "strait_copied_records_total", route=ROUTE, topic=TOPIC, partition="0")
+            == PER_PARTITION + 100
+        ),
         30,
     )
 

@@ -102,7 +102,10 @@ def test_cli_up_failure_names_cause_and_leaves_nothing(tmp_path: Path, sandbox: 
     state_dir = tmp_path / "failing"
     result = subprocess.run(
         [sys.executable, "-m", "strait", "sandbox", "up", "--state-dir", str(state_dir), "--zookeeper-port", taken],
-        capture_output=True, text=True, timeout=120, env={**os.environ},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
     )
     assert result.returncode != 0
     assert f"port {taken}" in result.stderr and "already in use" in result.stderr
@@ -120,7 +123,9 @@ def test_cli_up_json_and_down(tmp_path: Path) -> None:
     state_dir = tmp_path / "cli"
     up = subprocess.run(
         [sys.executable, "-m", "strait", "sandbox", "up", "--clusters", "a", "--state-dir", str(state_dir), "--json"],
-        capture_output=True, text=True, timeout=180,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert up.returncode == 0, up.stderr
     description = json.loads(up.stdout)
@@ -131,7 +136,9 @@ def test_cli_up_json_and_down(tmp_path: Path) -> None:
     assert len(pids) == 1
     down = subprocess.run(
         [sys.executable, "-m", "strait", "sandbox", "down", "--state-dir", str(state_dir)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert down.returncode == 0, down.stderr
     assert not state_dir.exists()

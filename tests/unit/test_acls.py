@@ -24,11 +24,26 @@ from strait.worker.transactional_checkpoints import destination_group
 Op = AclOperation
 # What Kafka accepts per resource type (org.apache.kafka.common.acl.AclOperation docs).
 SUPPORTED = {
-    ResourceType.TOPIC: {Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER, Op.DESCRIBE_CONFIGS,
-                         Op.ALTER_CONFIGS},
+    ResourceType.TOPIC: {
+        Op.READ,
+        Op.WRITE,
+        Op.CREATE,
+        Op.DESCRIBE,
+        Op.DELETE,
+        Op.ALTER,
+        Op.DESCRIBE_CONFIGS,
+        Op.ALTER_CONFIGS,
+    },
     ResourceType.GROUP: {Op.READ, Op.DESCRIBE, Op.DELETE},
-    acls.CLUSTER: {Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE,
-                   Op.ALTER, Op.DESCRIBE},
+    acls.CLUSTER: {
+        Op.CREATE,
+        Op.CLUSTER_ACTION,
+        Op.DESCRIBE_CONFIGS,
+        Op.ALTER_CONFIGS,
+        Op.IDEMPOTENT_WRITE,
+        Op.ALTER,
+        Op.DESCRIBE,
+    },
     ResourceType.TRANSACTIONAL_ID: {Op.DESCRIBE, Op.WRITE},
 }
 ALL_PERMISSIONS = [(role.name, p) for role in acls.ROLES for p in role.permissions]

@@ -77,8 +77,10 @@ class FakeCluster:
         raise NotImplementedError
 
     def replicas_now(self) -> dict[PartitionKey, tuple[int, ...]]:
-        return {k: (tuple(dict.fromkeys(c.target + c.source)) if (c := self.copies.get(k)) else v)
-                for k, v in self.placement.items()}
+        return {
+            k: (tuple(dict.fromkeys(c.target + c.source)) if (c := self.copies.get(k)) else v)
+            for k, v in self.placement.items()
+        }
 
     def replicas(self, topics: Iterable[str]) -> dict[PartitionKey, tuple[int, ...]]:
         wanted_topics = set(topics)
@@ -93,8 +95,11 @@ class FakeCluster:
 
     def replica_dirs(self, brokers: Iterable[int], topics: Iterable[str]) -> dict[ReplicaKey, ReplicaDirs]:
         bs, ts = set(brokers), set(topics)
-        return {rk: ReplicaDirs(d, self.futures.get(rk, (None, 0))[0], 0)
-                for rk, d in self.dirs.items() if rk[2] in bs and rk[0] in ts}
+        return {
+            rk: ReplicaDirs(d, self.futures.get(rk, (None, 0))[0], 0)
+            for rk, d in self.dirs.items()
+            if rk[2] in bs and rk[0] in ts
+        }
 
     def reassign(self, targets: Mapping[PartitionKey, tuple[int, ...] | None]) -> dict[PartitionKey, str | None]:
         out: dict[PartitionKey, str | None] = {}
@@ -169,7 +174,8 @@ def _long_tail() -> tuple[FakeCluster, Plan]:
     replicas = {k: ((1,) if k[1] == 0 else (2,)) for k in keys}
     dirs = {(t, p, r[0]): "/d0" for (t, p), r in replicas.items()}
     moves = tuple(
-        InterBrokerMove("t", p, (1,), (3,), {3: "/d1"}, sizes[("t", p)]) if p == 0
+        InterBrokerMove("t", p, (1,), (3,), {3: "/d1"}, sizes[("t", p)])
+        if p == 0
         else InterBrokerMove("t", p, (2,), (4,), {4: "/d1"}, sizes[("t", p)])
         for _, p in keys
     )

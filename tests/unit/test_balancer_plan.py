@@ -35,11 +35,14 @@ def test_stale_plan_is_refused_naming_the_partition(model: ClusterModel) -> None
     plan = operations.rebalance(model)
     first = next(m for m in plan.moves if m.kind == "inter")
     old = model.partitions[first.key]
-    changed = Partition(old.topic, old.partition, tuple(reversed(old.replicas)), tuple(reversed(old.dirs)),
-                        old.size, old.leader)
+    changed = Partition(
+        old.topic, old.partition, tuple(reversed(old.replicas)), tuple(reversed(old.dirs)), old.size, old.leader
+    )
     moved = ClusterModel.build(
-        model.brokers.values(), model.all_dirs(), [*(p for p in model.partitions.values() if p.key != old.key),
-                                                   changed], model.cluster_id
+        model.brokers.values(),
+        model.all_dirs(),
+        [*(p for p in model.partitions.values() if p.key != old.key), changed],
+        model.cluster_id,
     )
     with pytest.raises(StalePlanError, match=f"{old.topic}-{old.partition}"):
         validate(plan, moved)

@@ -18,11 +18,9 @@ SHAPES = {
     "skewed-norack": Shape(brokers=8, dirs_per_broker=3, partitions=600, racks=0, skew=0.4, fill=0.3),
     "skewed-racks": Shape(brokers=9, dirs_per_broker=2, partitions=500, racks=3, skew=0.4, fill=0.3),
     "more-racks-than-rf": Shape(brokers=10, dirs_per_broker=2, partitions=400, racks=5, skew=0.3, fill=0.3),
-    "rf2-two-racks": Shape(brokers=4, dirs_per_broker=2, partitions=120, replication=2, racks=2, skew=0.5,
-                           fill=0.3),
+    "rf2-two-racks": Shape(brokers=4, dirs_per_broker=2, partitions=120, replication=2, racks=2, skew=0.5, fill=0.3),
     "new-brokers": Shape(brokers=12, dirs_per_broker=4, partitions=800, racks=3, empty_brokers=3),
-    "rack-violations": Shape(brokers=9, dirs_per_broker=2, partitions=300, racks=3, rack_violations=0.2,
-                             fill=0.3),
+    "rack-violations": Shape(brokers=9, dirs_per_broker=2, partitions=300, racks=3, rack_violations=0.2, fill=0.3),
     "few-big-partitions": Shape(brokers=5, dirs_per_broker=2, partitions=12, racks=0, skew=0.5, fill=0.3),
 }
 SEEDS = range(6)
@@ -119,8 +117,12 @@ def test_fix_racks_moves_only_violating_partitions(seed: int) -> None:
     assert violations(model, plan, GOALS) == []
 
 
-def _model(disks: dict[tuple[int, str], int], parts: list[tuple[int, tuple[int, ...], tuple[str, ...]]],
-           racks: dict[int, str | None] | None = None, capacity: int = 100) -> ClusterModel:
+def _model(
+    disks: dict[tuple[int, str], int],
+    parts: list[tuple[int, tuple[int, ...], tuple[str, ...]]],
+    racks: dict[int, str | None] | None = None,
+    capacity: int = 100,
+) -> ClusterModel:
     brokers = sorted({b for b, _ in disks})
     usage: dict[tuple[int, str], int] = dict.fromkeys(disks, 0)
     partitions = []

@@ -68,9 +68,7 @@ print(ran.output)
 
 
 def test_a_bench_command_without_its_extra_names_the_extra() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _BENCH_WITHOUT_ITS_EXTRA], capture_output=True, text=True, timeout=120
-    )
+    done = subprocess.run([sys.executable, "-c", _BENCH_WITHOUT_ITS_EXTRA], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     codes, output = done.stdout.split("\n", 1)
     assert codes.split() == ["2", "0"]

@@ -43,7 +43,8 @@ def test_spec_gives_every_cluster_a_mode_and_refuses_unknown_clusters() -> None:
     spec = SandboxSpec(clusters=("src", "dst"), security={"dst": "tls"})
     assert spec.security_modes() == {"src": SecurityMode.PLAINTEXT, "dst": SecurityMode.TLS}
     assert SandboxSpec(clusters=("a", "b"), security="sasl_ssl").security_modes() == {
-        "a": SecurityMode.SASL_SSL, "b": SecurityMode.SASL_SSL,
+        "a": SecurityMode.SASL_SSL,
+        "b": SecurityMode.SASL_SSL,
     }
     with pytest.raises(SandboxError, match=r"unknown cluster.*typo"):
         SandboxSpec(clusters=("src",), security={"typo": "tls"}).validate()
@@ -62,9 +63,12 @@ def test_plaintext_props_are_unchanged() -> None:
 def test_client_props_per_mode(credentials: Credentials) -> None:
     sasl = _cluster(SecurityMode.SASL_SSL, credentials)
     assert sasl.props() == {
-        "bootstrap.servers": "127.0.0.1:9092", "security.protocol": "SASL_SSL",
-        "ssl.ca.location": str(credentials.ca), "sasl.mechanisms": "SCRAM-SHA-512",
-        "sasl.username": "strait", "sasl.password": credentials.password("strait"),
+        "bootstrap.servers": "127.0.0.1:9092",
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(credentials.ca),
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "strait",
+        "sasl.password": credentials.password("strait"),
     }
     assert sasl.admin_props()["sasl.username"] == "admin"
     mtls = _cluster(SecurityMode.MTLS, credentials)
@@ -73,7 +77,9 @@ def test_client_props_per_mode(credentials: Credentials) -> None:
     assert mtls.admin_props()["ssl.key.location"] == str(credentials.key("admin"))
     tls = client_props(SecurityMode.TLS, "127.0.0.1:1", credentials, "strait")
     assert tls == {
-        "bootstrap.servers": "127.0.0.1:1", "security.protocol": "SSL", "ssl.ca.location": str(credentials.ca)
+        "bootstrap.servers": "127.0.0.1:1",
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(credentials.ca),
     }
 
 
@@ -84,8 +90,12 @@ def test_secrets_stay_out_of_reprs(credentials: Credentials) -> None:
 
 
 def test_private_files_are_0600_and_credentials_reload(credentials: Credentials) -> None:
-    for path in (credentials.keystore, credentials.key("strait"), credentials.key("admin"),
-                 credentials.directory / "passwords.json"):
+    for path in (
+        credentials.keystore,
+        credentials.key("strait"),
+        credentials.key("admin"),
+        credentials.directory / "passwords.json",
+    ):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     assert stat.S_IMODE(credentials.directory.stat().st_mode) == 0o700
     assert Credentials.load(credentials.directory).passwords == credentials.passwords
@@ -120,7 +130,9 @@ def test_certificates_chain_to_the_run_ca_with_the_right_names(credentials: Cred
 def test_scram_users_are_bootstrapped_salted(credentials: Credentials) -> None:
     arguments = scram_arguments(credentials)
     assert [re.match(r"SCRAM-SHA-512=\[name=(\w+),", a).group(1) for a in arguments] == [  # type: ignore[union-attr]
-        "admin", "strait", "broker",
+        "admin",
+        "strait",
+        "broker",
     ]
     for user, argument in zip(("admin", "strait", "broker"), arguments, strict=True):
         assert credentials.password(user) not in argument
@@ -149,9 +161,16 @@ def test_broker_settings_per_mode(credentials: Credentials) -> None:
 def test_broker_config_keeps_plaintext_and_secures_the_rest(tmp_path: Path, credentials: Credentials) -> None:
     def render(mode: SecurityMode) -> list[str]:
         layout = kafka.BrokerLayout(
-            node_id=1, port=1000, controller_port=1001, rack=None, log_dirs=(tmp_path / "d",),
-            config=tmp_path / f"{mode}.properties", log=tmp_path / "log", cluster_size=1,
-            listener=mode.protocol, controller_protocol=mode.controller_protocol,
+            node_id=1,
+            port=1000,
+            controller_port=1001,
+            rack=None,
+            log_dirs=(tmp_path / "d",),
+            config=tmp_path / f"{mode}.properties",
+            log=tmp_path / "log",
+            cluster_size=1,
+            listener=mode.protocol,
+            controller_protocol=mode.controller_protocol,
             security=tuple(broker_settings(mode, credentials if mode.secured else None)),
         )
         path = kafka.write_config(layout)

@@ -292,6 +292,38 @@ def test_a_commit_that_never_returns_holds_its_partitions_until_the_outcome_is_s
         hang.set()
 
 
+class AnsweredLate(ScriptedProducer):
+    """Its first commit happens on the destination, but the call reports a timeout."""
+
+    def commit_transaction(self, *args: Any) -> None:
+        first = "commit" not in self.calls
+        super().commit_transaction(*args)
+        if first:
+            raise KafkaException(_timeout())
+
+
+def test_an_abort_due_while_a_commit_is_unanswered_waits_for_the_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The commit timed out and is to be asked again; meanwhile a rewind wants the transaction
+    # aborted. Had it committed, resending from the checkpoint seen committed last would copy
+    # its records twice: the partitions wait for a new producer to settle it, then stop, and
+    # the worker starts them again from the destination's checkpoint.
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    first, second = AnsweredLate(), ScriptedProducer()
+    consumer = FakeConsumer({0: list(range(5))})
+    pipeline = _pipeline(consumer, first, transaction_interval_s=3600.0)
+    monkeypatch.setattr(pipeline, "_make_producer", lambda _props: second)
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    pipeline._step()  # 0..4 copied: the commit happens, its answer is a timeout
+    assert first.committed.get(0) == [0, 1, 2, 3, 4] and state.durable == 0
+    pipeline._abort_needed = True  # a rewind, before the commit is asked again
+    for _ in range(3):
+        pipeline._step()
+    assert "abort-asked" not in first.calls, first.calls
+    assert (state.error or "").startswith("fenced:") and state.checkpoint == 0
+    assert second.destination == {} and second.committed == {}, "resent from the checkpoint seen committed"
+
+
 def test_a_call_refused_in_the_producers_state_replaces_the_producer(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
     first, second = ScriptedProducer(), ScriptedProducer()

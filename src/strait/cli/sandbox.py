@@ -48,8 +48,13 @@ def _render(description: dict[str, object]) -> None:
     for name, cluster in clusters.items():
         for broker in cluster["brokers"]:
             table.add_row(
-                name, cluster["bootstrap"], cluster["security"], str(broker["id"]), str(broker["rack"] or "-"),
-                "yes" if broker["running"] else "no", "\n".join(broker["log_dirs"]),
+                name,
+                cluster["bootstrap"],
+                cluster["security"],
+                str(broker["id"]),
+                str(broker["rack"] or "-"),
+                "yes" if broker["running"] else "no",
+                "\n".join(broker["log_dirs"]),
             )
     Console().print(table)
     Console().print(f"ZooKeeper: {description['zookeeper'] or '-'}")
@@ -93,9 +98,14 @@ def up(
     try:
         spec = SandboxSpec(
             clusters=tuple(c.strip() for c in clusters.split(",") if c.strip()),
-            brokers=brokers, racks=racks, log_dirs=log_dirs, state_dir=state_dir,
+            brokers=brokers,
+            racks=racks,
+            log_dirs=log_dirs,
+            state_dir=state_dir,
             zookeeper=with_zookeeper or zookeeper_port is not None,
-            zookeeper_port=zookeeper_port, startup_timeout_s=timeout, security=parse_option(security),
+            zookeeper_port=zookeeper_port,
+            startup_timeout_s=timeout,
+            security=parse_option(security),
         )
         sandbox = Sandbox.up(spec)
     except SandboxError as exc:

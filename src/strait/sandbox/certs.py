@@ -60,9 +60,7 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _sign(
-    builder: x509.CertificateBuilder, ca_key: ec.EllipticCurvePrivateKey
-) -> x509.Certificate:
+def _sign(builder: x509.CertificateBuilder, ca_key: ec.EllipticCurvePrivateKey) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
     return (
         builder.serial_number(x509.random_serial_number())
@@ -72,9 +70,7 @@ def _sign(
     )
 
 
-def _issue(
-    ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, common_name: str, *, server: bool
-) -> Issued:
+def _issue(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, common_name: str, *, server: bool) -> Issued:
     key = _key()
     usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
     builder = (
@@ -112,9 +108,15 @@ def issue_all(*, broker: str, clients: tuple[str, ...], run: str) -> Pki:
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=False, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                encipher_only=False, decipher_only=False,
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )

@@ -295,9 +295,14 @@ class Sandbox:
                 Path(broker.log).parent.mkdir(parents=True, exist_ok=True)
                 log = open(broker.log, "ab")  # noqa: SIM115 - closed below once the tool exits
                 cmd = [
-                    process.java_binary(), "-Xmx128m", *process.JVM_OPTIONS, "-cp", kafka_cp,
+                    process.java_binary(),
+                    "-Xmx128m",
+                    *process.JVM_OPTIONS,
+                    "-cp",
+                    kafka_cp,
                     f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
-                    kafka.STORAGE_TOOL, *kafka.format_args(Path(broker.config), cluster.cluster_id, scram),
+                    kafka.STORAGE_TOOL,
+                    *kafka.format_args(Path(broker.config), cluster.cluster_id, scram),
                 ]
                 proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
                 log.close()

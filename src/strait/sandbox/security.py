@@ -215,9 +215,7 @@ def broker_settings(security: SecurityMode, credentials: Credentials | None) -> 
     return lines
 
 
-def client_props(
-    security: SecurityMode, bootstrap: str, credentials: Credentials | None, user: str
-) -> dict[str, str]:
+def client_props(security: SecurityMode, bootstrap: str, credentials: Credentials | None, user: str) -> dict[str, str]:
     """librdkafka properties for ``user`` on a cluster in ``security`` mode."""
     props = {"bootstrap.servers": bootstrap}
     if not security.secured:

@@ -96,7 +96,10 @@ REPLICATOR_SOURCE = Role(
         _topics(Op.DESCRIBE, "metadata, and the earliest/latest offsets (ListOffsets) for start positions and lag"),
         _topics(Op.DESCRIBE_CONFIGS, "copy a topic's configs when its destination topic is created"),
         Permission(
-            GROUP, SOURCE_GROUP_PREFIX, PREFIXED, Op.READ,
+            GROUP,
+            SOURCE_GROUP_PREFIX,
+            PREFIXED,
+            Op.READ,
             "commit and read the checkpoints in strait-<route> (READ covers the DESCRIBE an offset fetch needs)",
         ),
     ),
@@ -115,11 +118,17 @@ REPLICATOR_DESTINATION = Role(
         _topics(Op.READ, "exactly-once checkpoints: TxnOffsetCommit checks READ on the topics it commits offsets of"),
         _cluster(Op.IDEMPOTENT_WRITE, "InitProducerId of the idempotent producer (brokers before 2.8 ask for it)"),
         Permission(
-            TRANSACTIONAL_ID, TRANSACTIONAL_ID_PREFIX, PREFIXED, Op.WRITE,
+            TRANSACTIONAL_ID,
+            TRANSACTIONAL_ID_PREFIX,
+            PREFIXED,
+            Op.WRITE,
             "exactly-once pipelines' transactional producers, and fencing a dead worker's ids (init_transactions)",
         ),
         Permission(
-            GROUP, DESTINATION_GROUP_PREFIX, PREFIXED, Op.READ,
+            GROUP,
+            DESTINATION_GROUP_PREFIX,
+            PREFIXED,
+            Op.READ,
             "exactly-once checkpoints committed inside the transaction to strait.<route>, and read back",
         ),
     ),
@@ -140,7 +149,10 @@ BALANCER = Role(
         _internal(Op.WRITE, "record plans and progress in the state topic"),
         _internal(Op.READ, "read plans and progress back (status, cancel)"),
         Permission(
-            GROUP, BALANCER_READER_GROUP_PREFIX, PREFIXED, Op.DESCRIBE,
+            GROUP,
+            BALANCER_READER_GROUP_PREFIX,
+            PREFIXED,
+            Op.DESCRIBE,
             "the state topic's reader has a group.id, whose coordinator librdkafka looks up (it commits nothing)",
         ),
     ),
@@ -155,11 +167,17 @@ COORDINATOR = Role(
         _internal(Op.READ, "read the coordination topics back into views, and their end offsets"),
         _cluster(Op.IDEMPOTENT_WRITE, "InitProducerId of the idempotent producer (brokers before 2.8 ask for it)"),
         Permission(
-            TRANSACTIONAL_ID, COORDINATION_PREFIX, PREFIXED, Op.WRITE,
+            TRANSACTIONAL_ID,
+            COORDINATION_PREFIX,
+            PREFIXED,
+            Op.WRITE,
             "the leader's transactional producer; a new leader's init_transactions fences the previous one",
         ),
         Permission(
-            GROUP, COORDINATION_PREFIX, PREFIXED, Op.DESCRIBE,
+            GROUP,
+            COORDINATION_PREFIX,
+            PREFIXED,
+            Op.DESCRIBE,
             "the coordination readers have a group.id, whose coordinator librdkafka looks up (they commit nothing)",
         ),
     ),
@@ -218,8 +236,13 @@ def grant(admin: Any, principal: str, roles: Iterable[Role], *, timeout_s: float
 def _await_visible(admin: Any, principal: str, wanted: set[AclBinding], timeout_s: float) -> None:
     # None matches any resource name and any host (the stubs only admit strings).
     everything = AclBindingFilter(
-        ResourceType.ANY, None, ResourcePatternType.ANY, principal, None,  # type: ignore[arg-type]
-        AclOperation.ANY, AclPermissionType.ANY,
+        ResourceType.ANY,
+        None,  # type: ignore[arg-type]
+        ResourcePatternType.ANY,
+        principal,
+        None,  # type: ignore[arg-type]
+        AclOperation.ANY,
+        AclPermissionType.ANY,
     )
     deadline = time.monotonic() + timeout_s
     while True:

@@ -143,6 +143,13 @@ class TransactionRecovery:
         self._finish_releases()
 
     def _abort(self, reason: str) -> None:
+        if self._commit_offsets is not None:
+            # Its commit was asked for and not answered yet (a retry is due): it may have
+            # happened, and an abort now (refused, or a no-op) cannot tell. Resending from the
+            # last checkpoint seen committed would copy the whole transaction again; only a new
+            # producer settles it, and the partitions restart from what the destination holds.
+            self._replace_producer(f"{reason} while a commit was unanswered", outcome_known=False)
+            return
         log.warning("pipeline %s: aborting the transaction (%s); resending from the checkpoints", self.name, reason)
         self._abort_needed = False
         if self._txn_open:
@@ -198,7 +205,7 @@ class TransactionRecovery:
             # Not retriable (e.g. a call refused in the producer's current state), or retried
             # in vain: only a new producer settles the transaction. If a commit was asked for,
             # it may have happened.
-            self._replace_producer(f"{describe_error(error)} while {doing}", outcome_known=doing != "ending")
+            self._replace_producer(f"{describe_error(error)} while {doing}", outcome_known=self._commit_offsets is None)
 
     def _fence(self, reason: str) -> None:
         log.error("pipeline %s: producer %s can write no more: %s", self.name, self._transactional_id, reason)

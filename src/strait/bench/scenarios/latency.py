@@ -56,9 +56,7 @@ def latency(
             for system in bench.order(repeat):
                 for copy in copies if system == "strait" else (None,):
                     mode = f" copy {copy}" if copy else ""
-                    bench.log(
-                        f"latency: {system}{mode} x{parallelism} at {rate:,.0f} records/s for {duration_s:.0f}s"
-                    )
+                    bench.log(f"latency: {system}{mode} x{parallelism} at {rate:,.0f} records/s for {duration_s:.0f}s")
                     run = _latency_run(
                         bench, system, rate, duration_s, warmup_s, partitions, size, parallelism, copy=copy
                     )
