@@ -235,6 +235,7 @@ class Sandbox:
         cluster = ClusterState(name=name, cluster_id=kafka.new_cluster_id(), security=mode, credentials=credentials)
         controller_port = ports.free_port()
         taken = {controller_port}
+
         def new_port() -> int:
             port = ports.free_port()
             while port in taken:
