@@ -11,8 +11,7 @@ import pytest
 from strait.bench.ceiling import PAYLOADS as CEILING_PAYLOADS
 from strait.bench.ceiling import payload_file
 from strait.bench.records import (
-    POOL,
-    RATIO_BATCH_BYTES,
+    BATCH_BYTES,
     STAMP_SIZE,
     Stamp,
     _json_pool,
@@ -20,6 +19,7 @@ from strait.bench.records import (
     decode,
     encode,
     payload_pool,
+    pool_size,
 )
 
 
@@ -55,15 +55,16 @@ def test_json_bodies_are_json_events_distinct_from_100_bytes(size: int) -> None:
     events = [json.loads(body) for body in pool]
     assert all("q" in e for e in events)  # the field that pads an event to its size
     if size >= 100:
-        assert len(set(pool)) == POOL
-        assert len({e["type"] for e in events}) > 5 and len({e["user"] for e in events}) > POOL * 0.9
+        assert len(set(pool)) == len(pool) == pool_size(size - STAMP_SIZE)
+        assert len(pool) * (size - STAMP_SIZE) >= BATCH_BYTES  # no body twice in a producer batch
+        assert len({e["type"] for e in events}) > 5 and len({e["user"] for e in events}) > len(pool) * 0.9
     if size >= 1024:
         assert all(e["items"] for e in events)  # larger events carry line items
 
 
 def test_a_batch_of_one_partition_repeats_no_body() -> None:
     size = 100
-    per_batch = RATIO_BATCH_BYTES // size
+    per_batch = BATCH_BYTES // size
     bodies = [encode(2, seq, 0, size, "json")[STAMP_SIZE:] for seq in range(1000, 1000 + per_batch)]
     assert len(set(bodies)) == per_batch
 

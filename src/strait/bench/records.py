@@ -6,8 +6,8 @@ copies values faithfully, and so that a replicator that drops headers still gets
 
 Two payload kinds fill the rest of the value (:data:`PAYLOADS`). ``json``: generated JSON
 events (event type, ids, timestamps, amounts, short strings, line items), seeded and drawn
-from a precomputed pool, so a batch compresses about as much as real event data does (lz4
-2-4x; :func:`compression_ratios` measures it). ``filler``: the same text in every record,
+from a precomputed pool larger than a batch, so a batch compresses about as much as real event
+data does (lz4 2-4x; :func:`compression_ratios` measures it). ``filler``: the same text in every record,
 from a small vocabulary, which compresses far more than real data and flatters a copy of
 compressed batches; kept to compare with earlier runs.
 """
@@ -25,11 +25,24 @@ STAMP_SIZE = _STAMP.size  # 24 bytes: magic, source partition, sequence, send ti
 PAYLOADS = ("json", "filler")
 # The seed of the json pool: every run, and every process of a run, writes the same events.
 PAYLOAD_SEED = 1
-# Distinct events per record size: more than lz4's 64 KB window holds at 100 B, so a batch
-# finds no whole record repeated; a pool of 1 KB events stays a few MB.
+# Distinct events per record size: at least this many, and at least a producer batch's worth
+# (the benchmark producers' batch.size, 1 MB), so that no codec finds a whole record repeated in
+# a batch (zstd's window spans a batch; lz4's is 64 KB). A power of two: see pool_index.
 POOL = 4096
-# Odd, so consecutive sequences of a partition walk the whole (power of two) pool.
-_STRIDE = 2654435761 % POOL | 1
+BATCH_BYTES = 1_000_000
+
+
+def pool_size(length: int) -> int:
+    """How many distinct json bodies of ``length`` bytes records rotate through."""
+    need = max(POOL, -(-BATCH_BYTES // max(1, length)))
+    return 1 << (need - 1).bit_length()
+
+
+def pool_index(partition: int, seq: int, size: int) -> int:
+    """Which body of a pool of ``size`` a record carries: consecutive sequences of a partition walk
+    the whole pool (an odd stride is coprime with a power of two)."""
+    return (seq * ((2654435761 % size) | 1) + partition) % size
+
 
 _WORDS = (
     b"order ",
@@ -120,7 +133,7 @@ def _json_pool(length: int, seed: int) -> tuple[bytes, ...]:
     rng = random.Random(f"{seed}:{length}")
     ts_ms = 1_700_000_000_000
     pool = []
-    for _ in range(POOL):
+    for _ in range(pool_size(length)):
         ts_ms += rng.randrange(0, 50)  # events of one stream: close, increasing timestamps
         pool.append(_event(rng, ts_ms, length))
     return tuple(pool)
@@ -157,7 +170,7 @@ class Stamp:
 def encode(partition: int, seq: int, sent_us: int, size: int, payload: str = "filler") -> bytes:
     """A value of ``size`` bytes (at least the stamp) identifying the record, with a body of ``payload``'s kind."""
     pool = payload_pool(payload, max(0, size - STAMP_SIZE))
-    body = pool[(seq * _STRIDE + partition) % len(pool)]
+    body = pool[pool_index(partition, seq, len(pool))]
     return _STAMP.pack(MAGIC, partition, seq, sent_us) + body
 
 
