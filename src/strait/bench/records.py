@@ -27,15 +27,20 @@ PAYLOADS = ("json", "filler")
 PAYLOAD_SEED = 1
 # Distinct events per record size: at least this many, and at least a producer batch's worth
 # (the benchmark producers' batch.size, 1 MB), so that no codec finds a whole record repeated in
-# a batch (zstd's window spans a batch; lz4's is 64 KB). A power of two: see pool_index.
+# a batch (zstd's window spans a batch; lz4's is 64 KB), up to MAX_POOL: bodies shorter than
+# 64 bytes cannot differ that much anyway. Powers of two: see pool_index.
 POOL = 4096
+MAX_POOL = 16384
 BATCH_BYTES = 1_000_000
 
 
 def pool_size(length: int) -> int:
-    """How many distinct json bodies of ``length`` bytes records rotate through."""
-    need = max(POOL, -(-BATCH_BYTES // max(1, length)))
-    return 1 << (need - 1).bit_length()
+    """How many distinct json bodies of ``length`` bytes records rotate through (one empty body
+    for records no longer than the stamp)."""
+    if length <= 0:
+        return 1
+    need = max(POOL, -(-BATCH_BYTES // length))
+    return min(MAX_POOL, 1 << (need - 1).bit_length())
 
 
 def pool_index(partition: int, seq: int, size: int) -> int:

@@ -265,9 +265,12 @@ def _summary(results: dict[str, dict[str, Any]]) -> list[str]:
     """One line per scenario with its Strait / MM2 ratios, before the detail."""
     lines = []
     if "throughput" in results:
-        ratios = results["throughput"]["ratios"]
+        doc = results["throughput"]
+        headline = (doc.get("params", {}).get("payloads") or ["filler"])[0]
+        ratios = [q for q in doc["ratios"] if q.get("payload", "filler") == headline]
         lines.append(
-            f"- **Throughput** (records/s, Strait / MM2): {_span([q.get('records_per_s') for q in ratios])} over "
+            f"- **Throughput** (records/s, Strait / MM2; {headline} records): "
+            f"{_span([q.get('records_per_s') for q in ratios])} over "
             f"the {len(ratios)} configurations (means of the repeats; best runs "
             f"{_span([q.get('best_records_per_s') for q in ratios])}); CPU per GB "
             f"{_span([q.get('cpu_s_per_gb') for q in ratios])}; "
