@@ -7,10 +7,10 @@ Two figures anchor every latency row:
   back by a consumer that polls without a fetch wait; its percentiles are whole milliseconds,
   as the tool prints them (truncated), and include its JVM's warm-up.
 - **One produce and one fetch on each cluster** (:func:`combine_hops`): the benchmark's own
-  producer and reader, at the latency run's rate, on the source and on the destination at the
-  same time (the four clients a replicated record meets: a producer and a fetch on the source,
-  a produce and the reader's fetch on the destination). A replicated record makes both hops,
-  so their sum is what a replicator that added no time of its own would show.
+  producer and reader, at the latency run's rate, on the source and then on the destination
+  (a replicated record meets a produce and a fetch on the source, then a produce and the
+  reader's fetch on the destination). A replicated record makes both hops, so their sum is what
+  a replicator that added no time of its own would show.
 """
 
 from __future__ import annotations

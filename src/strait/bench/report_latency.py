@@ -104,7 +104,7 @@ def floor_md(doc: dict[str, Any]) -> list[str]:
         "",
         "Floor on this machine, no replicator (what the p50 / p99 over floor columns subtract: the mean of "
         "the runs at the same rate). One produce + one fetch on each cluster: the benchmark's producer and "
-        "reader at the same rate on a topic of the source and one of the destination at the same time; a "
+        "reader at the same rate on a topic of the source, then on one of the destination; a "
         "replicated record makes both hops, so both hops together are its latency with a replicator that adds "
         "no time (percentiles of the sum of independent draws from the two hops' latencies).",
         "",

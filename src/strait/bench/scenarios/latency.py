@@ -247,60 +247,61 @@ def cdf_ms(ordered: Sequence[int]) -> list[list[float]]:
 def _floor_run(
     bench: Bench, rate: float, duration_s: float, warmup_s: float, partitions: int, size: int, payload: str
 ) -> dict[str, Any]:
-    """One produce and one fetch on each cluster at ``rate``, both at once: the benchmark's producer
-    and reader on a fresh topic of the source and one of the destination, no replicator between
-    (:mod:`strait.bench.floor`). Per hop and combined: the latency summary, warm-up excluded."""
+    """One produce and one fetch on each cluster at ``rate``: the benchmark's producer and reader
+    on a fresh topic of the source, then on one of the destination, no replicator between
+    (:mod:`strait.bench.floor`). One hop at a time: both at once would run two producers and two
+    readers on the cores a replication run gives one of each and the replicator, and the floor
+    is a lower bound. Per hop and combined: the latency summary, warm-up excluded."""
     run_dir = bench.run_dir(topic_name("latency", "floor", int(rate)))
     tag = uuid.uuid4().hex[:6]
     clusters = {"source": bench.src, "destination": bench.dst}
-    topics = {role: topic_name("floor", tag, int(rate), role) for role in clusters}
     result: dict[str, Any] = {"rate": rate, "payload": payload, "partitions": partitions, "logs": str(run_dir)}
-    agents: list[agent.Agent] = []
+    hops: dict[str, list[int]] = {}
 
-    def body() -> None:
-        readers, producers = {}, {}
-        for role, props in clusters.items():
-            workload.create_topics(props, [topics[role]], partitions)
-            readers[role] = agent.start_reader(
+    def hop(role: str) -> None:
+        props, topic = clusters[role], topic_name("floor", tag, int(rate), role)
+        workload.create_topics(props, [topic], partitions)
+        children: list[agent.Agent] = []
+        try:
+            reader = agent.start_reader(
                 run_dir / f"read-{role}.json",
                 props,
-                [topics[role]],
-                ready_topics=[topics[role]],
+                [topic],
+                ready_topics=[topic],
                 deadline_s=warmup_s + duration_s + 600,
             )
-            agents.append(readers[role])
-        for reader in readers.values():
+            children.append(reader)
             agent.wait_ready(reader)
-        for role, props in clusters.items():
-            producers[role] = agent.start_producer(
+            producer = agent.start_producer(
                 run_dir / f"produce-{role}.json",
                 props,
-                {topics[role]: partitions},
+                {topic: partitions},
                 rate=rate,
                 duration_s=warmup_s + duration_s,
                 size=size,
                 payload=payload,
             )
-            agents.append(producers[role])
-        hops: dict[str, list[int]] = {}
-        for role, producer in producers.items():
+            children.append(producer)
             producer.wait(3600)
             counts, started_us, _ended_us = agent.producer_result(producer)
-            arrivals = agent.stop_reader(readers[role], sum(counts.values()), drain_s=60)
-            hops[role] = arrivals.latencies_us(sent_after_us=started_us + int(warmup_s * SEC))
-            missing = arrivals.verify(counts).missing
-            result[role] = {
-                **{k: round(v, 3) for k, v in latency_summary(hops[role]).items()},
-                **({"missing": missing} if missing else {}),
-            }
+            arrivals = agent.stop_reader(reader, sum(counts.values()), drain_s=60)
+        finally:
+            for child in children:
+                child.kill()
+        hops[role] = arrivals.latencies_us(sent_after_us=started_us + int(warmup_s * SEC))
+        missing = arrivals.verify(counts).missing
+        result[role] = {
+            **{k: round(v, 3) for k, v in latency_summary(hops[role]).items()},
+            **({"missing": missing} if missing else {}),
+        }
+
+    def body() -> None:
+        for role in clusters:
+            hop(role)
         combined = combine_hops(hops["source"], hops["destination"])
         result["latency"] = {k: round(v, 3) for k, v in combined.items()}
 
-    try:
-        return run_safely(result, body)
-    finally:
-        for child in agents:
-            child.kill()
+    return run_safely(result, body)
 
 
 def _floor_words(run: dict[str, Any]) -> str:
