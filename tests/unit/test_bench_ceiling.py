@@ -67,12 +67,13 @@ def test_every_system_is_given_as_a_share_of_the_ceiling_of_its_size() -> None:
         _run("strait", 100, 999_999.0, copy="batch", parallelism=2),  # not one worker: left out
     ]
     lines = ceiling_md(runs)
-    header = next(line for line in lines if line.startswith("| record"))
+    header = next(line for line in lines if line.startswith("| payload | record"))
     assert header.endswith("| MM2 / ceiling | MM2 (tuned) / ceiling | Strait (batch) / ceiling |")
-    row_100 = next(line for line in lines if line.startswith("| 100 B"))
+    # Runs written before payload kinds carried filler.
+    row_100 = next(line for line in lines if line.startswith("| filler | 100 B"))
     # Strait (batch): (300,000 + 100,000) / 2 against 400,000; MM2 default has no 100 B run.
     assert row_100.endswith("| 400,000 | 900,000 | 400,000 | — | — | 0.25 | 0.50 |"), row_100
-    row_1024 = next(line for line in lines if line.startswith("| 1024 B"))
+    row_1024 = next(line for line in lines if line.startswith("| filler | 1024 B"))
     assert row_1024.endswith("| 0.50 | — | — |"), row_1024
 
 
@@ -80,7 +81,7 @@ def test_without_ceiling_runs_the_throughput_tables_are_unchanged() -> None:
     runs = [_run("strait", 100, 300_000.0, copy="batch", records=10, verify={})]
     assert ceiling_md(runs) == []
     doc = {"runs": [*runs, _run("ceiling", 100, 1.0, error="write tool gave no result")], "ratios": []}
-    rows = [line for line in throughput_md(doc) if line.startswith("| 100 B")]
+    rows = [line for line in throughput_md(doc) if line.startswith("| filler | 100 B")]
     # One row in the runs table (Strait's: the ceiling has its own table), one in the ceiling's.
     assert len(rows) == 2 and "Strait (batch)" in rows[0], rows
     assert "failed: write tool gave no result" in rows[1]
@@ -93,3 +94,15 @@ def test_the_tools_properties_are_escaped_and_private(tmp_path: Path) -> None:
     assert path.stat().st_mode & 0o777 == 0o600
     assert PRODUCER_SETTINGS["acks"] == "all" and PRODUCER_SETTINGS["linger.ms"] == "25"
     assert CONSUMER_SETTINGS["max.poll.records"] == "5000"
+
+
+def test_a_ceiling_is_compared_with_the_runs_of_its_payload_kind() -> None:
+    runs = [
+        _run("ceiling", 100, 400_000.0, payload="json", write={"records_per_s": 400_000.0}),
+        _run("ceiling", 100, 800_000.0, payload="filler", write={"records_per_s": 800_000.0}),
+        _run("strait", 100, 200_000.0, copy="batch", payload="json"),
+        _run("strait", 100, 600_000.0, copy="batch", payload="filler"),
+    ]
+    lines = ceiling_md(runs)
+    assert next(line for line in lines if line.startswith("| json | 100 B")).endswith("| 0.50 |")
+    assert next(line for line in lines if line.startswith("| filler | 100 B")).endswith("| 0.75 |")

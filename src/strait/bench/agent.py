@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from strait.bench import reader, workload
+from strait.bench import reader, records, workload
 
 
 @dataclass
@@ -72,8 +72,10 @@ def start_producer(
     duration_s: float,
     size: int,
     start_seq: Mapping[tuple[str, int], int] | None = None,
+    payload: str = "filler",
 ) -> Agent:
-    """Produce at ``rate`` for ``duration_s``; results are the per-partition counts."""
+    """Produce at ``rate`` for ``duration_s`` (bodies of the ``payload`` kind); results are the
+    per-partition counts."""
     spec = {
         "props": dict(props),
         "topics": dict(topics),
@@ -81,6 +83,7 @@ def start_producer(
         "duration_s": duration_s,
         "size": size,
         "start_seq": [[t, p, s] for (t, p), s in (start_seq or {}).items()],
+        "payload": payload,
     }
     return _spawn("produce", spec, path)
 
@@ -137,6 +140,9 @@ def stop_producer(agent: Agent) -> None:
 
 
 def _produce(spec: dict[str, Any], out: Path) -> None:
+    payload = spec.get("payload", "filler")
+    # Built before the traffic's start is taken: a large pool takes seconds to build.
+    records.payload_pool(payload, max(0, spec["size"] - records.STAMP_SIZE))
     started_us = time.time_ns() // 1000
     stop_file = out.with_suffix(".stop")
     counts = workload.produce_at_rate(
@@ -147,6 +153,7 @@ def _produce(spec: dict[str, Any], out: Path) -> None:
         size=spec["size"],
         start_seq={(t, p): s for t, p, s in spec["start_seq"]},
         stop=stop_file.exists,
+        payload=payload,
     )
     ended_us = time.time_ns() // 1000
     result = {"counts": [[t, p, n] for (t, p), n in counts.items()], "started_us": started_us, "ended_us": ended_us}

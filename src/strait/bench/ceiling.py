@@ -7,7 +7,7 @@ MirrorMaker 2's ``tuned`` profile, acks=all). A copy needs both at once on the s
 so the slower of the two rates bounds what a replicator that decodes and re-encodes records can
 reach here; a replicator's records/s against it shows the gap to that limit. A copy of
 whole batches (Strait's batch mode) re-encodes nothing and can pass it. The tools' payloads are
-text of the benchmark's own kind (so lz4 compresses them alike) but not the same bytes.
+bodies of the benchmark's own kind (so lz4 compresses them alike) but not the same bytes.
 
 Each rate is the tool's own: ProducerPerformance's from its first send to its last
 acknowledgement, ConsumerPerformance's over its fetching (the group join excluded), both with
@@ -80,12 +80,12 @@ def parse_consumer(output: str) -> dict[str, float] | None:
         return None
 
 
-def payload_file(path: Path, size: int) -> Path:
-    """``PAYLOADS`` newline-separated values of ``size`` bytes, of the benchmark's kind of text."""
+def payload_file(path: Path, size: int, payload: str = "filler") -> Path:
+    """``PAYLOADS`` newline-separated values of ``size`` bytes, bodies of the benchmark's ``payload`` kind."""
     lines = []
     for i in range(PAYLOADS):
         # The stamp is binary: stand in for it with digits of the same length, newline-free.
-        text = f"{i:0{STAMP_SIZE}d}".encode()[:STAMP_SIZE] + encode(0, i, 0, size)[STAMP_SIZE:]
+        text = f"{i:0{STAMP_SIZE}d}".encode()[:STAMP_SIZE] + encode(0, i, 0, size, payload)[STAMP_SIZE:]
         lines.append(text[:size].replace(b"\n", b" "))
     path.write_bytes(b"\n".join(lines))
     return path
@@ -101,13 +101,15 @@ def ceiling_run(
     records: int,
     partitions: int,
     timeout_s: float = 600.0,
+    payload: str = "filler",
 ) -> dict[str, Any]:
-    """One ceiling measurement (see the module doc); an ``error`` entry when a tool failed."""
+    """One ceiling measurement (see the module doc) with bodies of the ``payload`` kind; an
+    ``error`` entry when a tool failed."""
     tag = uuid.uuid4().hex[:6]
     source_topic, destination_topic = f"ceiling-{tag}-{size}-{compression}", f"ceiling-{tag}-{size}-{compression}-dst"
     workload.create_topics(src, [source_topic], partitions)
     workload.create_topics(dst, [destination_topic], partitions)
-    workload.prefill(src, source_topic, partitions, records, size, compression=compression)
+    workload.prefill(src, source_topic, partitions, records, size, compression=compression, payload=payload)
     classpath = artifacts.classpath("kafka")
     producer_config = write_properties(
         run_dir / "producer.properties",
@@ -129,7 +131,7 @@ def ceiling_run(
             "--throughput",
             "-1",
             "--payload-file",
-            str(payload_file(run_dir / "payloads.txt", size)),
+            str(payload_file(run_dir / "payloads.txt", size, payload)),
             "--command-config",
             str(producer_config),
         ],
@@ -164,6 +166,7 @@ def ceiling_run(
         "parallelism": 1,
         "size": size,
         "compression": compression,
+        "payload": payload,
         "records": records,
         "bytes": records * size,
         "logs": str(run_dir),

@@ -26,25 +26,31 @@ def plot(doc: dict[str, Any], results_dir: Path) -> Path | None:
         for i, system in enumerate(("strait", "mm2")):
             values = [q.get(f"{system}_records_per_s") or 0 for q in ratios]
             ax.bar([x + (i - 0.5) * width for x in xs], values, width, label=label[system], color=colors[system])
+        several = len({q.get("payload", "filler") for q in ratios}) > 1
         ticks = [
             f"{q['size']} B\n{q['compression']}\nx{q['parallelism']}\n"
             f"{q.get('copy', 'record')}/{q.get('mm2_profile', 'default')}"
+            + (f"\n{q.get('payload', 'filler')}" if several else "")
             for q in ratios
         ]
         ax.set_xticks(list(xs), ticks, fontsize=7)
         ax.set_ylabel("records/s")
         ax.set_title("Throughput of a full copy (higher is better)")
     elif scenario == "latency":
+        kinds = {r.get("payload", "filler") for r in doc["runs"]}
         for run in doc["runs"]:
             points = run.get("cdf_ms") or []
             if points:
                 style = "-" if run["rate"] == min(r["rate"] for r in doc["runs"]) else "--"
+                # Several payload kinds: each curve names its own.
+                kind = f" ({run.get('payload', 'filler')})" if len(kinds) > 1 else ""
                 ax.plot(
                     [p[1] for p in points],
                     [p[0] for p in points],
                     style,
                     color=colors[run["system"]],
-                    label=f"{label[run['system']]} @ {run['rate']:,.0f}/s",
+                    alpha=1.0 if not kind or run.get("payload") == doc["params"]["payloads"][0] else 0.5,
+                    label=f"{label[run['system']]} @ {run['rate']:,.0f}/s{kind}",
                 )
         ax.set_xscale("log")
         ax.set_xlabel("end-to-end latency (ms, log)")

@@ -21,6 +21,8 @@ from strait.bench.plots import plot as plot
 from strait.bench.report_delivery import DELIVERY_SECTION, delivery_summary
 from strait.bench.report_failover import FAILOVER_SECTION, failover_summary
 from strait.bench.report_isolation import ISOLATION_SECTION, isolation_summary_lines
+from strait.bench.report_latency import floor_summary
+from strait.bench.report_latency import latency_md as _latency_md
 from strait.bench.report_missing import MISSING_TERMS, missing_summary
 from strait.bench.report_other import comparison_sections, provenance, scale_sections, shown_command
 from strait.bench.report_security import SECURITY_SECTION
@@ -101,60 +103,6 @@ def load_all(results_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 # ---- Markdown -----------------------------------------------------------------------------------
-
-
-def _latency_md(doc: dict[str, Any]) -> list[str]:
-    rows = []
-    for r in sorted(doc["runs"], key=lambda r: (r["rate"], r["system"], r.get("copy") or "", r.get("repeat", 0))):
-        lat = r.get("latency", {})
-        rows.append(
-            [
-                _n(r["rate"]),
-                ("Strait" + (f" ({r['copy']})" if r.get("copy") else "")) if r["system"] == "strait" else "MM2",
-                str(r.get("repeat", 0) + 1),
-                _n(r.get("achieved_rate")),
-                _n(lat.get("p50_ms"), 1),
-                _n(lat.get("p99_ms"), 1),
-                _n(lat.get("p999_ms"), 1),
-                _n(lat.get("max_ms"), 1),
-                _n(r.get("cpu_percent"), 0, " %"),
-                _n(r.get("broker_cpu_percent", {}).get("source"), 0, " %"),
-                _n(r.get("broker_cpu_percent", {}).get("destination"), 0, " %"),
-                _verdict(r),
-            ]
-        )
-    lines = _table(
-        [
-            "target rec/s",
-            "system",
-            "run",
-            "achieved rec/s",
-            "p50 ms",
-            "p99 ms",
-            "p99.9 ms",
-            "max ms",
-            "replicator CPU",
-            "source broker CPU",
-            "destination broker CPU",
-            VERDICT_HEADER,
-        ],
-        rows,
-    )
-    lines += ["", "Ratios Strait / MM2 (lower is better for Strait):", ""]
-    lines += _table(
-        ["rate", "p50 ratio", "p99 ratio", "p99.9 ratio", "p50, best runs", "p99, best runs", "p99.9, best runs"],
-        [
-            [
-                _n(q["rate"]) + (f" ({q['copy']})" if q.get("copy") else ""),
-                *(
-                    _n(q.get(k), 2)
-                    for k in ("p50_ms", "p99_ms", "p999_ms", "best_p50_ms", "best_p99_ms", "best_p999_ms")
-                ),
-            ]
-            for q in doc["ratios"]
-        ],
-    )
-    return lines
 
 
 def _add_topics_md(doc: dict[str, Any]) -> list[str]:
@@ -321,23 +269,34 @@ def _summary(results: dict[str, dict[str, Any]]) -> list[str]:
     """One line per scenario with its Strait / MM2 ratios, before the detail."""
     lines = []
     if "throughput" in results:
-        ratios = results["throughput"]["ratios"]
+        doc = results["throughput"]
+        headline = (doc.get("params", {}).get("payloads") or ["filler"])[0]
+        ratios = [q for q in doc["ratios"] if q.get("payload", "filler") == headline]
         lines.append(
-            f"- **Throughput** (records/s, Strait / MM2): {_span([q.get('records_per_s') for q in ratios])} over "
+            f"- **Throughput** (records/s, Strait / MM2; {headline} records): "
+            f"{_span([q.get('records_per_s') for q in ratios])} over "
             f"the {len(ratios)} configurations (means of the repeats; best runs "
             f"{_span([q.get('best_records_per_s') for q in ratios])}); CPU per GB "
             f"{_span([q.get('cpu_s_per_gb') for q in ratios])}; "
             f"peak RSS {_span([q.get('peak_rss_mb') for q in ratios])}."
         )
     if "latency" in results:
+        doc = results["latency"]
+        headline = (doc.get("params", {}).get("payloads") or ["filler"])[0]
         parts = [
             f"at {_n(q['rate'])}/s{' (' + q['copy'] + ')' if q.get('copy') else ''} "
             f"p50 {_n(q.get('p50_ms'), 2)}, p99 {_n(q.get('p99_ms'), 2)}, "
             f"p99.9 {_n(q.get('p999_ms'), 2)} (best runs: {_n(q.get('best_p50_ms'), 2)}, "
             f"{_n(q.get('best_p99_ms'), 2)}, {_n(q.get('best_p999_ms'), 2)})"
-            for q in results["latency"]["ratios"]
+            for q in doc["ratios"]
+            if q.get("payload", "filler") == headline
         ]
-        lines.append("- **Latency** (Strait / MM2, lower is better): " + "; ".join(parts) + ".")
+        lines.append(
+            f"- **Latency** (Strait / MM2, lower is better; {headline} records): "
+            + "; ".join(parts)
+            + floor_summary(doc)
+            + "."
+        )
     if "add-topics" in results:
         r = results["add-topics"].get("ratios", {})
         lines.append(

@@ -1,11 +1,12 @@
-"""The BENCHMARKS.md tables of `strait bench throughput`: every run, then Strait / MM2 ratios per
-configuration, Strait copy mode and MirrorMaker 2 profile."""
+"""The BENCHMARKS.md tables of `strait bench throughput`: the record bodies, every run, then
+Strait / MM2 ratios per payload kind, configuration, Strait copy mode and MirrorMaker 2 profile."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from strait.bench.markdown import VERDICT_HEADER, _n, _table, _verdict
+from strait.bench.report_payload import payload_kind, payload_lines
 
 
 def throughput_md(doc: dict[str, Any]) -> list[str]:
@@ -14,6 +15,7 @@ def throughput_md(doc: dict[str, Any]) -> list[str]:
     for r in sorted(
         runs,
         key=lambda r: (
+            payload_kind(r),
             r["size"],
             r["compression"],
             r["parallelism"],
@@ -25,6 +27,7 @@ def throughput_md(doc: dict[str, Any]) -> list[str]:
     ):
         rows.append(
             [
+                payload_kind(r),
                 f"{r['size']} B",
                 r["compression"],
                 str(r["parallelism"]),
@@ -39,8 +42,10 @@ def throughput_md(doc: dict[str, Any]) -> list[str]:
                 _verdict(r),
             ]
         )
-    lines = _table(
+    lines = payload_lines(doc.get("params", {}))
+    lines += _table(
         [
+            "payload",
             "record",
             "compr.",
             "workers / tasks",
@@ -58,6 +63,7 @@ def throughput_md(doc: dict[str, Any]) -> list[str]:
     )
     ratio_rows = [
         [
+            payload_kind(q),
             f"{q['size']} B",
             q["compression"],
             str(q["parallelism"]),
@@ -75,6 +81,7 @@ def throughput_md(doc: dict[str, Any]) -> list[str]:
     lines += ["", "Ratios Strait / MM2 (records/s: higher is better for Strait; CPU and memory: lower is better):", ""]
     lines += _table(
         [
+            "payload",
             "record",
             "compr.",
             "workers / tasks",
@@ -101,18 +108,20 @@ def ceiling_md(runs: list[dict[str, Any]]) -> list[str]:
     copies = [r for r in runs if r["system"] != "ceiling" and r.get("parallelism") == 1 and not r.get("error")]
     labels = sorted({_label(r) for r in copies})
     rows = []
-    for c in sorted(ceilings, key=lambda r: (r["size"], r["compression"], r.get("repeat", 0))):
+    for c in sorted(ceilings, key=lambda r: (payload_kind(r), r["size"], r["compression"], r.get("repeat", 0))):
         shares = []
+        config = (payload_kind(c), c["size"], c["compression"])
         for label in labels:
             rates = [
                 r["records_per_s"]
                 for r in copies
-                if _label(r) == label and (r["size"], r["compression"]) == (c["size"], c["compression"])
+                if _label(r) == label and (payload_kind(r), r["size"], r["compression"]) == config
             ]
             ceiling = c.get("records_per_s")
             shares.append(_n(sum(rates) / len(rates) / ceiling, 2) if rates and ceiling else "—")
         rows.append(
             [
+                payload_kind(c),
                 f"{c['size']} B",
                 c["compression"],
                 str(c.get("repeat", 0) + 1),
@@ -126,7 +135,8 @@ def ceiling_md(runs: list[dict[str, Any]]) -> list[str]:
     lines = [
         "",
         "Ceiling: Kafka's own `ProducerPerformance` writing and `ConsumerPerformance` reading the same "
-        "number of records of the same size and codec at once on the same clusters, no replicator between "
+        "number of records of the same payload kind, size and codec at once on the same clusters, no replicator "
+        "between "
         "(producer and consumer with the tuned profile's settings, acks=all); the slower of the two bounds "
         "any copy that decodes and re-encodes records on this machine (a copy of whole batches re-encodes "
         "nothing and can pass it). Their CPU is each tool's whole life, JVM start-up included. Then each "
@@ -134,7 +144,7 @@ def ceiling_md(runs: list[dict[str, Any]]) -> list[str]:
         "",
     ]
     return lines + _table(
-        ["record", "compr.", "run", "write rec/s", "read rec/s", "ceiling rec/s", "tools' CPU s/GB"]
+        ["payload", "record", "compr.", "run", "write rec/s", "read rec/s", "ceiling rec/s", "tools' CPU s/GB"]
         + [f"{label} / ceiling" for label in labels],
         rows,
     )

@@ -15,7 +15,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # re-exported, not in __all__
 
 from strait import clients
-from strait.bench.records import encode
+from strait.bench.records import STAMP_SIZE, encode, payload_pool
 
 Counts = dict[tuple[str, int], int]  # records produced per (topic, partition)
 
@@ -82,18 +82,26 @@ def _flush(producer: Any, failures: list[str]) -> None:
 
 
 def prefill(
-    props: Mapping[str, Any], topic: str, partitions: int, records: int, size: int, *, compression: str = "none"
+    props: Mapping[str, Any],
+    topic: str,
+    partitions: int,
+    records: int,
+    size: int,
+    *,
+    compression: str = "none",
+    payload: str = "filler",
 ) -> Counts:
-    """Write ``records`` records of ``size`` bytes spread evenly over the partitions, as fast as possible."""
+    """Write ``records`` records of ``size`` bytes (bodies of the ``payload`` kind) spread evenly
+    over the partitions, as fast as possible."""
     failures: list[str] = []
     # Batching favours throughput here: only the backlog's content matters, not its timing.
     producer = _make_producer(props, compression, 20, failures)
-    counts = _fill(producer, topic, {(topic, p): 0 for p in range(partitions)}, records, size)
+    counts = _fill(producer, topic, {(topic, p): 0 for p in range(partitions)}, records, size, payload)
     _flush(producer, failures)
     return counts
 
 
-def _fill(producer: Any, topic: str, counts: Counts, records: int, size: int) -> Counts:
+def _fill(producer: Any, topic: str, counts: Counts, records: int, size: int, payload: str = "filler") -> Counts:
     """Send ``records`` records round-robin over the partitions in ``counts`` (next sequence of each)."""
     counts = dict(counts)
     partitions = sorted(p for t, p in counts if t == topic)
@@ -101,7 +109,7 @@ def _fill(producer: Any, topic: str, counts: Counts, records: int, size: int) ->
     for i in range(records):
         partition = partitions[i % len(partitions)]
         seq = counts[(topic, partition)]
-        _produce(producer, topic, partition, encode(partition, seq, now_us, size))
+        _produce(producer, topic, partition, encode(partition, seq, now_us, size, payload))
         counts[(topic, partition)] = seq + 1
         if i % 10_000 == 0:
             producer.poll(0)
@@ -180,13 +188,16 @@ def produce_at_rate(
     start_seq: Mapping[tuple[str, int], int] | None = None,
     compression: str = "none",
     stop: Callable[[], bool] | None = None,
+    payload: str = "filler",
 ) -> Counts:
     """Send ``rate`` records/s for ``duration_s`` round-robin over every partition of ``topics``.
 
     Each record's stamp holds the wall-clock time of its send call, the origin of its
     end-to-end latency. The schedule is absolute (record i is due at start + i/rate), so a
-    late wake-up is caught up rather than lowering the rate.
+    late wake-up is caught up rather than lowering the rate. Bodies are of the ``payload`` kind.
     """
+    # Built before the schedule starts: a first record late by the pool's build would start a burst.
+    payload_pool(payload, max(0, size - STAMP_SIZE))
     failures: list[str] = []
     # No batching delay: latency is the measurement, not producer efficiency.
     producer = _make_producer(props, compression, 0, failures)
@@ -202,7 +213,7 @@ def produce_at_rate(
             time.sleep(delay)
         slot = slots[i % len(slots)]
         seq = counts[slot]
-        _produce(producer, slot[0], slot[1], encode(slot[1], seq, time.time_ns() // 1000, size))
+        _produce(producer, slot[0], slot[1], encode(slot[1], seq, time.time_ns() // 1000, size, payload))
         counts[slot] = seq + 1
         if stop is not None and i % 100 == 0 and stop():
             break

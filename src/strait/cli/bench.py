@@ -54,6 +54,25 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
+_PAYLOAD = typer.Option(
+    "json",
+    "--payload",
+    help="Record body kinds, comma-separated, the first the headline one: json (generated events, lz4 about "
+    "2-4x) or filler (one repeated text, lz4 10x and more); each further kind runs again as labelled rows.",
+)
+
+
+def _payloads(value: str) -> list[str]:
+    from strait.bench.records import PAYLOADS
+
+    kinds = _words(value)
+    wrong = [k for k in kinds if k not in PAYLOADS]
+    if wrong or not kinds:
+        raise typer.BadParameter(
+            f"use {', '.join(PAYLOADS)}, not {', '.join(wrong) or 'nothing'}", param_hint="--payload"
+        )
+    return kinds
+
 
 @app.command()
 def throughput(
@@ -77,6 +96,7 @@ def throughput(
         help="Also measure the ceiling: Kafka's ProducerPerformance and ConsumerPerformance writing and "
         "reading the same records at once, no replicator between (per record size and compression).",
     ),
+    payload: str = _PAYLOAD,
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
@@ -88,6 +108,7 @@ def throughput(
     """Copy a pre-filled topic: records/s, MB/s, CPU s per GB, peak RSS."""
     from strait.bench import scenarios
 
+    payloads = _payloads(payload)
     _session(
         systems,
         results_dir,
@@ -106,6 +127,7 @@ def throughput(
                 copies=_copies(copy),
                 mm2_profiles=_mm2_profiles(mm2_profile),
                 ceiling=ceiling,
+                payloads=payloads,
             )
         ],
         max_load=max_load,
@@ -212,6 +234,16 @@ def latency(
     warm_brokers: float = typer.Option(
         20.0, help="Seconds of a first, unmeasured run that warms the brokers' JIT (0: none)."
     ),
+    payload: str = _PAYLOAD,
+    floor: bool = typer.Option(
+        True,
+        "--floor/--no-floor",
+        help="Also measure the floor: per rate, one produce and one fetch on each cluster at that rate (no "
+        "replicator), and Kafka's EndToEndLatency tool on the source.",
+    ),
+    floor_records: int = typer.Option(
+        5000, help="Records Kafka's EndToEndLatency sends, one at a time, per repeat (0: not run)."
+    ),
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,
     systems: str = _SYSTEMS,
@@ -220,10 +252,11 @@ def latency(
     workdir: Path | None = _WORKDIR,
     keep: bool = _KEEP,
 ) -> None:
-    """Steady traffic at fixed rates: end-to-end latency p50 / p99 / p99.9."""
+    """Steady traffic at fixed rates: end-to-end latency p50 / p99 / p99.9, next to the floor."""
     from strait.bench import scenarios
 
     copies = _default_or_copies(copy)
+    payloads = _payloads(payload)
 
     _session(
         systems,
@@ -243,6 +276,9 @@ def latency(
                 repeats=repeats,
                 copies=copies,
                 warm_brokers_s=warm_brokers,
+                payloads=payloads,
+                floor=floor,
+                floor_records=floor_records,
             )
         ],
         max_load=max_load,

@@ -287,7 +287,16 @@ class Live:
         )
         agent.wait_ready(self.readers)
 
-    def produce(self, label: str, topics: Mapping[str, int], *, rate: float, duration_s: float, size: int) -> None:
+    def produce(
+        self,
+        label: str,
+        topics: Mapping[str, int],
+        *,
+        rate: float,
+        duration_s: float,
+        size: int,
+        payload: str = "filler",
+    ) -> None:
         start_seq = {k: v for k, v in self.expected.items() if k[0] in topics}
         self.producers.append(
             agent.start_producer(
@@ -298,6 +307,7 @@ class Live:
                 duration_s=duration_s,
                 size=size,
                 start_seq=start_seq,
+                payload=payload,
             )
         )
 

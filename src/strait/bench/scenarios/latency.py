@@ -6,9 +6,11 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from strait.bench import workload
+from strait.bench import agent, workload
+from strait.bench.floor import combine_hops, end_to_end_run
 from strait.bench.markdown import missing_words
 from strait.bench.procstat import ProcessMeter
+from strait.bench.records import compression_ratios
 from strait.bench.scenarios.harness import (
     SEC,
     SYSTEMS,
@@ -40,6 +42,9 @@ def latency(
     repeats: int = 1,
     copies: Sequence[str | None] = (None,),
     warm_brokers_s: float = 20.0,
+    payloads: Sequence[str] = ("json",),
+    floor: bool = True,
+    floor_records: int = 5000,
 ) -> dict[str, Any]:
     """Steady traffic at fixed rates; end-to-end latency from send to arrival at the destination.
 
@@ -47,18 +52,48 @@ def latency(
     default); MirrorMaker runs once per rate. ``warm_brokers_s``: a first, unmeasured run of that
     length (Strait at the highest rate), so no measured run meets brokers whose JIT is still
     cold: the first run on a fresh sandbox had 2-5x the p99 of the same run later (73 ms and
-    15 ms for the same record-mode run at 1,000 records/s, quiet machine)."""
+    15 ms for the same record-mode run at 1,000 records/s, quiet machine). ``payloads``: the
+    record body kinds, the first the headline one; each further kind runs every rate again.
+    ``floor``: per repeat, Kafka's end-to-end latency tool (``floor_records`` records, 0: not
+    run), and per rate one produce and one fetch on each cluster (:mod:`strait.bench.floor`)."""
     if rates:
         warm_brokers(bench, warm_brokers_s, rate=max(rates), partitions=partitions, size=size, scenario="latency")
     runs = []
+    floors: dict[str, list[dict[str, Any]]] = {"end_to_end": [], "hops": []}
     for repeat in range(repeats):
+        if floor and floor_records > 0:
+            bench.log(f"latency: floor, Kafka's EndToEndLatency on the source ({floor_records:,} records of {size} B)")
+            tool = end_to_end_run(
+                bench.src, bench.run_dir(topic_name("latency", "floor-e2e")), records=floor_records, size=size
+            )
+            tool["repeat"] = repeat
+            floors["end_to_end"].append(tool)
+            bench.log(f"  -> {_floor_words(tool)}")
         for rate in rates:
-            for system in bench.order(repeat):
+            if floor:
+                bench.log(f"latency: floor, one produce + one fetch on each cluster at {rate:,.0f} records/s")
+                hops = _floor_run(bench, rate, duration_s, warmup_s, partitions, size, payloads[0])
+                hops["repeat"] = repeat
+                floors["hops"].append(hops)
+                bench.log(f"  -> {_floor_words(hops)}")
+            for payload, system in [(k, s) for k in payloads for s in bench.order(repeat)]:
                 for copy in copies if system == "strait" else (None,):
                     mode = f" copy {copy}" if copy else ""
-                    bench.log(f"latency: {system}{mode} x{parallelism} at {rate:,.0f} records/s for {duration_s:.0f}s")
+                    bench.log(
+                        f"latency: {system}{mode} x{parallelism} at {rate:,.0f} records/s for {duration_s:.0f}s, "
+                        f"{payload} records"
+                    )
                     run = _latency_run(
-                        bench, system, rate, duration_s, warmup_s, partitions, size, parallelism, copy=copy
+                        bench,
+                        system,
+                        rate,
+                        duration_s,
+                        warmup_s,
+                        partitions,
+                        size,
+                        parallelism,
+                        copy=copy,
+                        payload=payload,
                     )
                     run["repeat"] = repeat
                     runs.append(run)
@@ -73,7 +108,7 @@ def latency(
                         bench.log(f"     {broker_cpu_words(run['broker_cpu_percent'])}")
                     if run.get("worker_stages"):
                         bench.log(f"     worker: {stages_words(run['worker_stages'])}")
-    ratios = latency_ratios(runs, rates)
+    ratios = latency_ratios(runs, rates, payloads, floors["hops"])
     return {
         "scenario": "latency",
         "params": {
@@ -86,8 +121,12 @@ def latency(
             "repeats": repeats,
             "copies": [c or "default" for c in copies],
             "warm_brokers_s": warm_brokers_s,
+            "payloads": list(payloads),
+            "payload_compression": {kind: {str(size): compression_ratios(kind, size)} for kind in payloads},
+            "floor_records": floor_records if floor else 0,
         },
         "runs": runs,
+        **({"floor": floors} if floor else {}),
         "ratios": ratios,
     }
 
@@ -114,10 +153,12 @@ def _latency_run(
     *,
     delivery: str | None = None,
     copy: str | None = None,
+    payload: str = "filler",
 ) -> dict[str, Any]:
     """One rate. With ``delivery`` (Strait's route setting) the reader reads ``read_committed``;
-    ``copy`` sets Strait's route copy mode (None: the route's default)."""
-    label = [system, int(rate)] + ([delivery] if delivery else []) + ([copy] if copy else [])
+    ``copy`` sets Strait's route copy mode (None: the route's default); record bodies are of the
+    ``payload`` kind."""
+    label = [system, int(rate), payload] + ([delivery] if delivery else []) + ([copy] if copy else [])
     run_dir = bench.run_dir(topic_name("latency", *label))
     topic = topic_name("lat", uuid.uuid4().hex[:6], int(rate), system)
     workload.create_topics(bench.src, [topic], partitions)
@@ -127,6 +168,7 @@ def _latency_run(
         **({"copy": copy} if copy else {}),
         "system": system,
         "rate": rate,
+        "payload": payload,
         "parallelism": parallelism,
         "replicator": replicator.describe(),
         "logs": str(run_dir),
@@ -155,7 +197,14 @@ def _latency_run(
             names = getattr(replicator, "worker_names", [])
             stages = WorkerStages(zookeeper, root, names).start() if zookeeper and root else None
             try:
-                session.produce("steady", {topic: partitions}, rate=rate, duration_s=warmup_s + duration_s, size=size)
+                session.produce(
+                    "steady",
+                    {topic: partitions},
+                    rate=rate,
+                    duration_s=warmup_s + duration_s,
+                    size=size,
+                    payload=payload,
+                )
                 session.producers[0].wait(3600)
                 cpu1 = meter.sample(replicator.pids())
                 broker1 = {role: m.sample(pids) for role, (m, pids) in brokers.items()}
@@ -167,11 +216,7 @@ def _latency_run(
             summary = latency_summary(latencies)
             ordered = sorted(latencies)
             result["latency"] = {k: round(v, 3) for k, v in summary.items()}
-            result["cdf_ms"] = (
-                [[q, ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] / 1000] for q in _CDF_POINTS]
-                if ordered
-                else []
-            )
+            result["cdf_ms"] = cdf_ms(ordered)
             result["produced"] = sum(session.expected.values())
             result["achieved_rate"] = round(
                 (sum(session.expected.values()) - partitions) / ((ended_us - started_us) / SEC), 1
@@ -190,6 +235,87 @@ def _latency_run(
                 )
 
     return run_safely(result, body)
+
+
+def cdf_ms(ordered: Sequence[int]) -> list[list[float]]:
+    """[percentile, ms] at ``_CDF_POINTS`` of sorted latencies in µs (the plot's curve)."""
+    if not ordered:
+        return []
+    return [[q, ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] / 1000] for q in _CDF_POINTS]
+
+
+def _floor_run(
+    bench: Bench, rate: float, duration_s: float, warmup_s: float, partitions: int, size: int, payload: str
+) -> dict[str, Any]:
+    """One produce and one fetch on each cluster at ``rate``: the benchmark's producer and reader
+    on a fresh topic of the source, then on one of the destination, no replicator between
+    (:mod:`strait.bench.floor`). One hop at a time: both at once would run two producers and two
+    readers on the cores a replication run gives one of each and the replicator, and the floor
+    is a lower bound. Per hop and combined: the latency summary, warm-up excluded."""
+    run_dir = bench.run_dir(topic_name("latency", "floor", int(rate)))
+    tag = uuid.uuid4().hex[:6]
+    clusters = {"source": bench.src, "destination": bench.dst}
+    result: dict[str, Any] = {"rate": rate, "payload": payload, "partitions": partitions, "logs": str(run_dir)}
+    hops: dict[str, list[int]] = {}
+
+    def hop(role: str) -> None:
+        props, topic = clusters[role], topic_name("floor", tag, int(rate), role)
+        workload.create_topics(props, [topic], partitions)
+        children: list[agent.Agent] = []
+        try:
+            reader = agent.start_reader(
+                run_dir / f"read-{role}.json",
+                props,
+                [topic],
+                ready_topics=[topic],
+                deadline_s=warmup_s + duration_s + 600,
+            )
+            children.append(reader)
+            agent.wait_ready(reader)
+            producer = agent.start_producer(
+                run_dir / f"produce-{role}.json",
+                props,
+                {topic: partitions},
+                rate=rate,
+                duration_s=warmup_s + duration_s,
+                size=size,
+                payload=payload,
+            )
+            children.append(producer)
+            producer.wait(3600)
+            counts, started_us, _ended_us = agent.producer_result(producer)
+            arrivals = agent.stop_reader(reader, sum(counts.values()), drain_s=60)
+        finally:
+            for child in children:
+                child.kill()
+        hops[role] = arrivals.latencies_us(sent_after_us=started_us + int(warmup_s * SEC))
+        missing = arrivals.verify(counts).missing
+        result[role] = {
+            **{k: round(v, 3) for k, v in latency_summary(hops[role]).items()},
+            **({"missing": missing} if missing else {}),
+        }
+
+    def body() -> None:
+        for role in clusters:
+            hop(role)
+        combined = combine_hops(hops["source"], hops["destination"])
+        result["latency"] = {k: round(v, 3) for k, v in combined.items()}
+
+    return run_safely(result, body)
+
+
+def _floor_words(run: dict[str, Any]) -> str:
+    """A floor measurement in one line."""
+    if run.get("error"):
+        return f"FAILED: {run['error']}"
+    lat = run.get("latency", {})
+    words = f"p50 {lat.get('p50_ms', float('nan')):.1f} ms, p99 {lat.get('p99_ms', float('nan')):.1f} ms"
+    if "source" in run:
+        words += ", per hop p50/p99: " + ", ".join(
+            f"{role} {run[role].get('p50_ms', float('nan')):.1f}/{run[role].get('p99_ms', float('nan')):.1f} ms"
+            for role in ("source", "destination")
+        )
+    return words
 
 
 def broker_pids(bench: Bench, cluster: str) -> list[int]:
@@ -215,31 +341,58 @@ def stages_words(stages: dict[str, dict[str, Any]]) -> str:
     )
 
 
-def latency_ratios(runs: Sequence[dict[str, Any]], rates: Sequence[float]) -> list[dict[str, Any]]:
-    """Strait / MM2 per rate, Strait copy mode and percentile: of the mean over repeats, and of
-    each system's best run. A row names its copy mode (``copy``) when a run set one."""
+def latency_ratios(
+    runs: Sequence[dict[str, Any]],
+    rates: Sequence[float],
+    payloads: Sequence[str] = ("filler",),
+    floors: Sequence[dict[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """Strait / MM2 per payload kind, rate, Strait copy mode and percentile: of the mean over
+    repeats, and of each system's best run. A row names its copy mode (``copy``) when a run set
+    one; a run without a payload kind carried filler (the only kind before there were others).
+    With ``floors`` (one produce and one fetch on each cluster, per rate) a row also gives the
+    floor's mean p50 / p99 at its rate and each system's mean above it (``*_over_floor_*``, ms)."""
     rows = []
     copies = sorted({r.get("copy") for r in runs if r["system"] == "strait"}, key=lambda c: c or "") or [None]
-    for rate in rates:
-        for copy in copies:
-            row: dict[str, Any] = {"rate": rate, **({"copy": copy} if copy else {})}
-            for q in ("p50_ms", "p99_ms", "p999_ms"):
-                values = {
-                    s: [
-                        r["latency"].get(q)
-                        for r in runs
-                        if r["system"] == s
-                        and r["rate"] == rate
-                        and "latency" in r
-                        and (s != "strait" or r.get("copy") == copy)
-                    ]
-                    for s in SYSTEMS
-                }
-                means = {s: mean(v) for s, v in values.items()}
-                bests = {s: min((x for x in v if x is not None), default=None) for s, v in values.items()}
-                row[f"strait_{q}"] = means["strait"]
-                row[f"mm2_{q}"] = means["mm2"]
-                row[q] = ratio(means["strait"], means["mm2"])
-                row[f"best_{q}"] = ratio(bests["strait"], bests["mm2"])
-            rows.append(row)
+    for payload in payloads:
+        for rate in rates:
+            for copy in copies:
+                row: dict[str, Any] = {"rate": rate, "payload": payload, **({"copy": copy} if copy else {})}
+                for q in ("p50_ms", "p99_ms", "p999_ms"):
+                    values = {
+                        s: [
+                            r["latency"].get(q)
+                            for r in runs
+                            if r["system"] == s
+                            and r["rate"] == rate
+                            and r.get("payload", "filler") == payload
+                            and "latency" in r
+                            and (s != "strait" or r.get("copy") == copy)
+                        ]
+                        for s in SYSTEMS
+                    }
+                    means = {s: mean(v) for s, v in values.items()}
+                    bests = {s: min((x for x in v if x is not None), default=None) for s, v in values.items()}
+                    row[f"strait_{q}"] = means["strait"]
+                    row[f"mm2_{q}"] = means["mm2"]
+                    row[q] = ratio(means["strait"], means["mm2"])
+                    row[f"best_{q}"] = ratio(bests["strait"], bests["mm2"])
+                row.update(over_floor(row, floors))
+                rows.append(row)
     return rows
+
+
+def over_floor(row: dict[str, Any], floors: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    """The floor's mean p50 / p99 at the row's rate and each system's mean p50 / p99 above it (ms);
+    nothing when no floor was measured at that rate."""
+    at_rate = [f["latency"] for f in floors if f.get("rate") == row["rate"] and f.get("latency", {}).get("count")]
+    if not at_rate:
+        return {}
+    figures: dict[str, float | None] = {}
+    for q in ("p50_ms", "p99_ms"):
+        floor = mean([f.get(q) for f in at_rate])
+        figures[f"floor_{q}"] = floor
+        for system in SYSTEMS:
+            value = row.get(f"{system}_{q}")
+            figures[f"{system}_over_floor_{q}"] = None if value is None or floor is None else round(value - floor, 3)
+    return figures

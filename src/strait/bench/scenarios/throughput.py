@@ -22,6 +22,7 @@ from strait.bench.ceiling import ceiling_run
 from strait.bench.markdown import missing_words
 from strait.bench.mirrormaker import profile_properties
 from strait.bench.procstat import ProcessMeter
+from strait.bench.records import compression_ratios
 from strait.bench.replicator import Replicator
 from strait.bench.scenarios.harness import (
     Bench,
@@ -51,61 +52,65 @@ def throughput(
     copies: Sequence[str] = ("record",),
     mm2_profiles: Sequence[str] = ("default",),
     ceiling: bool = False,
+    payloads: Sequence[str] = ("json",),
 ) -> dict[str, Any]:
     """Copy a pre-filled topic; records/s, MB/s, CPU seconds per GB and peak RSS of the replicator.
 
     ``copies``: Strait's route ``copy`` modes to run (record, batch); ``mm2_profiles``: MirrorMaker
     2's settings (default, tuned: :data:`strait.bench.mirrormaker.MM2_PROFILES`), each compared
     with each Strait mode in the same run. ``ceiling``: per record size and codec, Kafka's own
-    tools read and write the same amount at once (:mod:`strait.bench.ceiling`).
+    tools read and write the same amount at once (:mod:`strait.bench.ceiling`). ``payloads``:
+    the record body kinds (:data:`strait.bench.records.PAYLOADS`), the first the headline one;
+    each further kind runs the same matrix, its rows labelled with it.
     """
     for name in mm2_profiles:
         profile_properties(name)  # an unknown profile fails before any run
     runs: list[dict[str, Any]] = []
     for repeat in range(repeats):
-        for size in sizes:
-            for compression in compressions:
-                if ceiling:
-                    bench.log(
-                        f"throughput: ceiling (Kafka's ProducerPerformance and ConsumerPerformance at once), "
-                        f"{records:,} records of {size} B, compression {compression} (repeat {repeat + 1}/{repeats})"
-                    )
-                    run = ceiling_run(
-                        bench.src,
-                        bench.dst,
-                        bench.run_dir(topic_name("ceiling", size, compression)),
-                        size=size,
-                        compression=compression,
-                        records=records,
-                        partitions=partitions,
-                        timeout_s=timeout_s,
-                    )
-                    run["repeat"] = repeat
-                    runs.append(run)
-                    bench.log(f"  -> {_fmt_ceiling(run)}")
-                for workers in parallelism:
-                    for system, copy, profile in _systems(bench.order(repeat), copies, mm2_profiles):
-                        mode = f" copy {copy}" if copy else f" profile {profile}" if profile else ""
+        for payload in payloads:
+            for size in sizes:
+                for compression in compressions:
+                    label = f"{records:,} {payload} records of {size} B, compression {compression}"
+                    if ceiling:
                         bench.log(
-                            f"throughput: {system}{mode} x{workers}, {records:,} records of {size} B, "
-                            f"compression {compression} (repeat {repeat + 1}/{repeats})"
+                            f"throughput: ceiling (Kafka's ProducerPerformance and ConsumerPerformance at once), "
+                            f"{label} (repeat {repeat + 1}/{repeats})"
                         )
-                        run = _throughput_run(
-                            bench,
-                            system,
-                            workers,
-                            size,
-                            compression,
-                            records,
-                            partitions,
-                            timeout_s,
-                            copy=copy,
-                            mm2_profile=profile,
+                        run = ceiling_run(
+                            bench.src,
+                            bench.dst,
+                            bench.run_dir(topic_name("ceiling", size, compression, payload)),
+                            size=size,
+                            compression=compression,
+                            records=records,
+                            partitions=partitions,
+                            timeout_s=timeout_s,
+                            payload=payload,
                         )
                         run["repeat"] = repeat
                         runs.append(run)
-                        bench.log(f"  -> {_fmt_throughput(run)}")
-    ratios = throughput_ratios(runs, sizes, compressions, parallelism, copies, mm2_profiles)
+                        bench.log(f"  -> {_fmt_ceiling(run)}")
+                    for workers in parallelism:
+                        for system, copy, profile in _systems(bench.order(repeat), copies, mm2_profiles):
+                            mode = f" copy {copy}" if copy else f" profile {profile}" if profile else ""
+                            bench.log(f"throughput: {system}{mode} x{workers}, {label} (repeat {repeat + 1}/{repeats})")
+                            run = _throughput_run(
+                                bench,
+                                system,
+                                workers,
+                                size,
+                                compression,
+                                records,
+                                partitions,
+                                timeout_s,
+                                copy=copy,
+                                mm2_profile=profile,
+                                payload=payload,
+                            )
+                            run["repeat"] = repeat
+                            runs.append(run)
+                            bench.log(f"  -> {_fmt_throughput(run)}")
+    ratios = throughput_ratios(runs, sizes, compressions, parallelism, copies, mm2_profiles, payloads)
     return {
         "scenario": "throughput",
         "params": {
@@ -119,6 +124,8 @@ def throughput(
             "mm2_profiles": list(mm2_profiles),
             "mm2_profile_settings": {p: profile_properties(p) for p in mm2_profiles},
             "ceiling": ceiling,
+            "payloads": list(payloads),
+            "payload_compression": payload_compression(payloads, sizes),
         },
         "runs": runs,
         "ratios": ratios,
@@ -136,6 +143,11 @@ def _systems(
     ]
 
 
+def payload_compression(payloads: Sequence[str], sizes: Sequence[int]) -> dict[str, dict[str, dict[str, float]]]:
+    """Each payload kind's compression ratio per record size (a string key, as JSON keeps it) and codec."""
+    return {kind: {str(size): compression_ratios(kind, size) for size in sizes} for kind in payloads}
+
+
 def throughput_ratios(
     runs: Sequence[dict[str, Any]],
     sizes: Sequence[int],
@@ -143,54 +155,57 @@ def throughput_ratios(
     parallelism: Sequence[int],
     copies: Sequence[str] = ("record",),
     profiles: Sequence[str] = ("default",),
+    payloads: Sequence[str] = ("filler",),
 ) -> list[dict[str, Any]]:
-    """Strait / MM2 per configuration, Strait copy mode and MM2 profile: of the mean over repeats,
-    and records/s of each system's best run. A run without a copy mode copied records, one
-    without a profile ran MirrorMaker's defaults."""
+    """Strait / MM2 per payload kind, configuration, Strait copy mode and MM2 profile: of the mean
+    over repeats, and records/s of each system's best run. A run without a copy mode copied
+    records, one without a profile ran MirrorMaker's defaults, one without a payload kind carried
+    filler (the only kind before there were others)."""
     rows = []
-    for size in sizes:
-        for compression in compressions:
-            for workers, copy, profile in [(w, c, p) for w in parallelism for c in copies for p in profiles]:
-                config = (size, compression, workers)
-
-                def values(
-                    system: str,
-                    metric: str,
-                    config: tuple[int, str, int] = config,
-                    copy: str = copy,
-                    profile: str = profile,
-                ) -> list[float]:
-                    return [
-                        r[metric]
-                        for r in runs
-                        if (r["system"], r["size"], r["compression"], r["parallelism"]) == (system, *config)
-                        and (system != "strait" or r.get("copy", "record") == copy)
-                        and (system != "mm2" or r.get("mm2_profile", "default") == profile)
-                        and r.get(metric) is not None
-                    ]
-
-                def avg(system: str, metric: str) -> float | None:
-                    return mean(values(system, metric))
-
-                rows.append(
-                    {
-                        "size": size,
-                        "compression": compression,
-                        "parallelism": workers,
-                        "copy": copy,
-                        "mm2_profile": profile,
-                        "strait_records_per_s": avg("strait", "records_per_s"),
-                        "mm2_records_per_s": avg("mm2", "records_per_s"),
-                        "records_per_s": ratio(avg("strait", "records_per_s"), avg("mm2", "records_per_s")),
-                        "best_records_per_s": ratio(
-                            max(values("strait", "records_per_s"), default=None),
-                            max(values("mm2", "records_per_s"), default=None),
-                        ),
-                        "cpu_s_per_gb": ratio(avg("strait", "cpu_s_per_gb"), avg("mm2", "cpu_s_per_gb")),
-                        "peak_rss_mb": ratio(avg("strait", "peak_rss_mb"), avg("mm2", "peak_rss_mb")),
-                    }
-                )
+    for payload in payloads:
+        for size in sizes:
+            for compression in compressions:
+                for workers, copy, profile in [(w, c, p) for w in parallelism for c in copies for p in profiles]:
+                    rows.append(_ratio_row(runs, payload, (size, compression, workers), copy, profile))
     return rows
+
+
+def _ratio_row(
+    runs: Sequence[dict[str, Any]], payload: str, config: tuple[int, str, int], copy: str, profile: str
+) -> dict[str, Any]:
+    size, compression, workers = config
+
+    def values(system: str, metric: str) -> list[float]:
+        return [
+            r[metric]
+            for r in runs
+            if (r["system"], r["size"], r["compression"], r["parallelism"]) == (system, *config)
+            and r.get("payload", "filler") == payload
+            and (system != "strait" or r.get("copy", "record") == copy)
+            and (system != "mm2" or r.get("mm2_profile", "default") == profile)
+            and r.get(metric) is not None
+        ]
+
+    def avg(system: str, metric: str) -> float | None:
+        return mean(values(system, metric))
+
+    return {
+        "payload": payload,
+        "size": size,
+        "compression": compression,
+        "parallelism": workers,
+        "copy": copy,
+        "mm2_profile": profile,
+        "strait_records_per_s": avg("strait", "records_per_s"),
+        "mm2_records_per_s": avg("mm2", "records_per_s"),
+        "records_per_s": ratio(avg("strait", "records_per_s"), avg("mm2", "records_per_s")),
+        "best_records_per_s": ratio(
+            max(values("strait", "records_per_s"), default=None),
+            max(values("mm2", "records_per_s"), default=None),
+        ),
+        "cpu_s_per_gb": ratio(avg("strait", "cpu_s_per_gb"), avg("mm2", "cpu_s_per_gb")),
+        "peak_rss_mb": ratio(avg("strait", "peak_rss_mb"), avg("mm2", "peak_rss_mb")),
+    }
 
 
 def _fmt_ceiling(run: dict[str, Any]) -> str:
@@ -225,13 +240,15 @@ def _throughput_run(
     delivery: str | None = None,
     copy: str | None = None,
     mm2_profile: str | None = None,
+    payload: str = "filler",
 ) -> dict[str, Any]:
-    """One full copy. With ``delivery`` (Strait's route setting) the copy counts only once the
-    records are visible to a ``read_committed`` reader, and the verifier reads ``read_committed``.
+    """One full copy of records with bodies of the ``payload`` kind. With ``delivery`` (Strait's
+    route setting) the copy counts only once the records are visible to a ``read_committed``
+    reader, and the verifier reads ``read_committed``.
     ``copy``: Strait's route copy mode (batch or record); ``mm2_profile``: MirrorMaker 2's
     settings (:data:`strait.bench.mirrormaker.MM2_PROFILES`)."""
     label = (
-        [system, workers, size, compression]
+        [system, workers, size, compression, payload]
         + ([delivery] if delivery else [])
         + ([copy] if copy else [])
         + ([mm2_profile] if mm2_profile and mm2_profile != "default" else [])
@@ -239,7 +256,7 @@ def _throughput_run(
     run_dir = bench.run_dir(topic_name("throughput", *label))
     topic = topic_name("tp", uuid.uuid4().hex[:6], size, compression, system, workers)
     workload.create_topics(bench.src, [topic], partitions)
-    expected = workload.prefill(bench.src, topic, partitions, records, size, compression=compression)
+    expected = workload.prefill(bench.src, topic, partitions, records, size, compression=compression, payload=payload)
     replicator = bench.replicator(
         system,
         run_dir,
@@ -257,6 +274,7 @@ def _throughput_run(
         "parallelism": workers,
         "size": size,
         "compression": compression,
+        "payload": payload,
         "records": records,
         "bytes": records * size,
         "replicator": replicator.describe(),
