@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from strait.worker.batch.relay import Progress, RecordingObserver, Report, RunDeltas, new_state, progress
+from strait.worker.batch.relay import RecordingObserver, Report, RunDeltas, new_state, progress
 from strait.worker.pipeline import PartitionState, PipelineSettings
 
 log = logging.getLogger("strait.worker.batch.child")  # (run as __main__)
@@ -53,7 +53,7 @@ class Held:
     state: PartitionState
     runs: RunDeltas
     released: threading.Event | None = None
-    last: Progress | None = None
+    seen: tuple[object, ...] | None = None  # signature() at the last report
 
 
 def main(fd: int) -> None:
@@ -70,7 +70,8 @@ def main(fd: int) -> None:
             os.nice(spec.nice)
         except OSError as exc:
             log.info("backlog process keeps its priority (%s)", exc)
-    Backlog(conn, spec).serve()
+    if not Backlog(conn, spec).serve():
+        sys.exit(1)
 
 
 class Backlog:
@@ -94,7 +95,8 @@ class Backlog:
         self._held: dict[int, Held] = {}
         self._parent = os.getppid()
 
-    def serve(self) -> None:
+    def serve(self) -> bool:
+        """Copy until told to stop (True), or until the worker is gone or the pipeline died."""
         self._pipeline.start()
         flush_s = 0.0
         try:
@@ -105,15 +107,16 @@ class Backlog:
                     break
                 if os.getppid() != self._parent:
                     log.warning("backlog process: the worker is gone; stopping")
-                    return
+                    return False
                 self._report()
                 if self._pipeline.crashed():
-                    return  # (the pipeline logged why; the worker sees the process end)
+                    return False  # (the pipeline logged why; the worker sees the process end)
         except (EOFError, OSError):
             log.warning("backlog process: the worker is gone; stopping")
-            return
+            return False
         self._pipeline.stop(flush_s)
         self._report(final=True)
+        return True
 
     def _commands(self) -> float | None:
         """Serve what the worker asked since the last turn (waiting up to one interval for the
@@ -145,16 +148,32 @@ class Backlog:
             # Released and nothing in flight: checked before the state is read, so this
             # report is the partition's last word.
             done = final or (held.released is not None and held.released.is_set())
-            report = progress(slot, held.state, held.runs.new(held.state.runs.take()), released=done)
+            seen = signature(held.state)
+            if not done and seen == held.seen:
+                continue  # (most turns, for most partitions: nothing to build or send)
+            held.seen = seen
+            partitions.append(progress(slot, held.state, held.runs.new(held.state.runs.take()), released=done))
             if done:
                 del self._held[slot]
-            elif report == held.last:
-                continue
-            held.last = report
-            partitions.append(report)
         events = self._observer.take()
         if partitions or events or final:
             self._conn.send(Report(tuple(partitions), events, fetched_bytes=self._pipeline.fetched_bytes, final=final))
+
+
+def signature(state: PartitionState) -> tuple[object, ...]:
+    """What changes whenever anything a report carries does (the runs change with ``records``)."""
+    tracker = state.tracker
+    return (
+        None if tracker is None else (tracker.position, tracker.next_offset, tracker.in_flight),
+        state.records,
+        state.source_end,
+        state.fetching,
+        state.mode,
+        state.error,
+        state.waiting,
+        state.rewinds,
+        state.batches_fetched,
+    )
 
 
 if __name__ == "__main__":
