@@ -487,25 +487,21 @@ class ControllerConfig(_Model):
 
 
 class BatchSharingConfig(_Model):
-    """How a `copy: batch` route's batch pipeline shares a worker with the route's realtime
-    partitions (strait.worker.batch.budget): while both run, it fetches at most 1 MiB per answer,
-    the worker's GIL switch interval is 1 ms, and its fetch rate is paced.
+    """How a `copy: batch` route's backlog shares a worker with the route's realtime partitions
+    (strait.worker.batch.budget). The backlog's batch pipeline runs in a process of its own, at
+    ``nice``; while realtime partitions copy records next to it, its fetch rate is paced.
 
     ``pace: latency`` (the default) sets the rate from the realtime partitions' own end-to-end
     p99 on this worker (strait.worker.batch.pace): it grows while the p99 stays within the
     budget and is halved when it goes over, between ``floor_mb_s`` and ``ceiling_mb_s``. The
     budget is ``latency_budget_ms``, or, unset, ``budget_ratio`` times the p99 the worker saw
-    while no backlog drained. ``pace: fixed`` fetches at ``fixed_mb_s``. While it shares, the
-    batch loop's thread runs at ``nice`` (strait.worker.batch.priority). The environment
-    overrides (the benchmarks use them): ``STRAIT_BATCH_SHARING=0`` (enabled: false),
-    ``STRAIT_BATCH_PACE``, ``STRAIT_BATCH_SHARED_MB_S`` (pace: fixed at that rate; 0: unpaced),
-    ``STRAIT_BATCH_LATENCY_BUDGET_MS``.
+    while no backlog drained. ``pace: fixed`` fetches at ``fixed_mb_s``.
     """
 
     enabled: bool = Field(
         default=True,
-        description="Whether a batch pipeline draining a backlog shares the worker with the route's realtime "
-        "partitions (capped fetches, a 1 ms GIL switch interval, a paced fetch rate).",
+        description="Whether a backlog's fetch rate is paced while the route's realtime partitions copy "
+        "records on the same worker.",
     )
     pace: Literal["latency", "fixed"] = Field(
         default="latency",
@@ -529,10 +525,14 @@ class BatchSharingConfig(_Model):
         description="The budget as a multiple of the realtime p99 without a backlog, when `latency_budget_ms` "
         "is unset.",
     )
-    # The batch loop's thread runs this much nicer while it shares the worker (0: as every other
-    # thread), so the scheduler serves the realtime loop and the brokers first within a second
-    # (strait.worker.batch.priority).
-    nice: int = Field(default=10, ge=0, le=19)
+    # So the scheduler serves the realtime copy loop and the brokers first while they need the CPU;
+    # an idle core is the backlog's all the same.
+    nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="How much nicer than the worker its backlog processes run (0: as nice as the worker).",
+    )
 
     @model_validator(mode="after")
     def _floor_below_ceiling(self) -> BatchSharingConfig:
@@ -570,7 +570,7 @@ class WorkerConfig(_Model):
     batch_sharing: BatchSharingConfig = Field(default_factory=BatchSharingConfig)
     # Connections to each destination broker for a batch pipeline's produce requests, each
     # partition pinned to one (strait.worker.batch.link). More than one helped in plaintext
-    # (4 lanes: 1.4-1.6x one lane) but not reliably over TLS; STRAIT_BATCH_PRODUCE_LANES overrides.
+    # (4 lanes: 1.4-1.6x one lane) but not reliably over TLS.
     batch_produce_lanes: int = Field(default=1, ge=1, le=16)
 
     @field_validator("pool")

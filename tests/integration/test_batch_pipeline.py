@@ -519,3 +519,82 @@ def test_realtime_copy_batch_copies_a_caught_up_partition_in_whole_batches(
         copied_rows = read_all(dst, topic, partition)
         assert payload(copied_rows) == payload(rows[partition])  # each record once, in order
         assert [o for *_, o in copied_rows] == list(range(len(rows[partition])))
+
+
+def produce_numbered(props: Mapping[str, Any], topic: str, count: int) -> None:
+    """``count`` records whose values are their numbers (100 bytes each), in large batches."""
+    producer = Producer({**props, "linger.ms": 50, "batch.size": 1_000_000, "queue.buffering.max.messages": count})
+    for i in range(count):
+        producer.produce(topic, value=f"{i:0100d}".encode())
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def numbers_in(props: Mapping[str, Any], topic: str) -> list[int]:
+    """The numbers of every record in partition 0 of ``topic``, in offset order."""
+    consumer = Consumer({**props, "group.id": f"verify-{uid()}", "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        numbers: list[int] = []
+        while True:
+            messages = consumer.consume(10_000, timeout=10)
+            assert messages, f"nothing from {topic} after {len(numbers)}"
+            for msg in messages:
+                error = msg.error()
+                if error is not None:
+                    if error.code() == -191:  # _PARTITION_EOF
+                        return numbers
+                    raise AssertionError(error)
+                numbers.append(int(msg.value()))
+    finally:
+        consumer.close()
+
+
+def test_a_backlog_drains_in_its_own_process_and_a_kill_of_it_loses_nothing(
+    sandbox: Sandbox, make_copier: Callable[..., Copier]
+) -> None:
+    """The backlog's batch pipeline runs in a process of its own, whose stage figures reach the
+    route's observer; SIGKILL of that process mid-backlog stops its partition in this copier
+    (the pipeline crashed), and a copier resuming from the committed checkpoint copies every
+    record: none lost."""
+    import os
+    import signal
+
+    from strait.metrics.stages import RouteObserver
+    from strait.worker.batch.remote import BacklogProcess
+
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    topic = f"bp-kill-{uid()}"
+    count = 400_000
+    create_topic(src, topic, 1)
+    produce_numbered(src, topic, count)
+    group = f"g-{uid()}"
+    observer = RouteObserver(ROUTE)
+    copier = make_copier(group, observer=observer)
+    backlog = copier._moves.batch
+    assert isinstance(backlog, BacklogProcess)
+    pid = backlog.pid
+    assert pid is not None and pid != os.getpid()
+    task = PartitionTask(ROUTE, topic, 0, topic)
+    copier.assign([task])
+    deadline = time.monotonic() + TIMEOUT_S
+    while (s := stats_of(copier, task)) is None or not s.checkpoint:
+        assert time.monotonic() < deadline, "no progress in the backlog process"
+        time.sleep(0.005)
+    os.kill(pid, signal.SIGKILL)
+    assert s.pipeline == "batch" and s.mode == "batch" and s.checkpoint < count, s
+    wait_for(lambda: copier.crashed() == "batch", "the copier to see its backlog pipeline crashed")
+    after = stats_of(copier, task)
+    assert after is not None and after.state.startswith("failed:pipeline batch crashed"), after
+    stages = {(pipeline, stage) for pipeline, stage, _ in observer.stages()}
+    assert {("batch", "fetch_wait"), ("batch", "produce_ack")} <= stages, stages
+    copier.stop(drain=False, timeout_s=5)
+    resumed_from = committed(src, group, topic)
+    assert resumed_from < count
+    resumed = make_copier(group)
+    resumed.assign([task])
+    wait_for(lambda: copied_through(resumed, task, count), "the rest of the backlog copied")
+    numbers = numbers_in(dst, topic)
+    assert set(numbers) == set(range(count))  # every record; those after the checkpoint maybe twice
+    print(f"killed at checkpoint {s.checkpoint}, resumed from {resumed_from}, {len(numbers) - count} duplicates")

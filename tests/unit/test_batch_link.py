@@ -161,30 +161,16 @@ def test_a_partition_always_produces_on_its_own_lane_and_partitions_spread_over_
     assert link({1}).lane_of(("t", 5)) == 0  # one lane: everything on it
 
 
-def test_one_produce_lane_unless_the_environment_names_more(monkeypatch: pytest.MonkeyPatch) -> None:
-    from strait.worker.batch.link import LANES_ENV, produce_lanes
+def test_one_produce_lane_unless_the_worker_configuration_names_more() -> None:
+    from strait.config import WorkerConfig, parse_config
 
-    monkeypatch.delenv(LANES_ENV, raising=False)
-    assert produce_lanes() == 1
-    monkeypatch.setenv(LANES_ENV, "4")
-    assert produce_lanes() == 4
-    for nonsense in ("0", "-2", "four", ""):
-        monkeypatch.setenv(LANES_ENV, nonsense)
-        assert produce_lanes() == 1
-
-
-def test_the_configured_lanes_unless_the_environment_names_a_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    from strait.config import WorkerConfig
-    from strait.worker.batch.link import LANES_ENV, produce_lanes
-
-    monkeypatch.delenv(LANES_ENV, raising=False)
     assert WorkerConfig().batch_produce_lanes == 1
-    configured = WorkerConfig(batch_produce_lanes=3).batch_produce_lanes
-    assert produce_lanes(configured) == 3
-    monkeypatch.setenv(LANES_ENV, "2")
-    assert produce_lanes(configured) == 2
-    monkeypatch.setenv(LANES_ENV, "zero")
-    assert produce_lanes(configured) == 3
+    raw = {
+        "clusters": {"a": {"bootstrap.servers": "127.0.0.1:1"}, "b": {"bootstrap.servers": "127.0.0.1:2"}},
+        "routes": [{"name": "r", "source": "a", "destination": "b", "include": [".*"]}],
+    }
+    overridden = parse_config(raw, {"STRAIT_WORKER__BATCH_PRODUCE_LANES": "4"})
+    assert overridden.worker.batch_produce_lanes == 4
     for wrong in (0, 17):
         with pytest.raises(ValueError, match="batch_produce_lanes"):
             WorkerConfig(batch_produce_lanes=wrong)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,15 +12,7 @@ from hypothesis import strategies as st
 
 from strait.config import BatchSharingConfig, ConfigError, load_config
 from strait.metrics.histogram import BucketCounts, Buckets
-from strait.worker.batch.budget import (
-    BUDGET_ENV,
-    PACE_ENV,
-    SHARED_ENV,
-    SHARING_ENV,
-    Sharing,
-    pace_settings,
-    with_env,
-)
+from strait.worker.batch.budget import Sharing, pace_settings
 from strait.worker.batch.pace import LatencyPace, PaceSettings, Window
 
 MB = 1_000_000
@@ -142,19 +133,12 @@ worker: {batch_sharing: {latency_budget_ms: 40, floor_mb_s: 1}}
     assert (s.budget_s, s.floor, s.ceiling) == (0.04, 1 * MB, 64 * MB)
     config = load_config(path, environ={"STRAIT_WORKER__BATCH_SHARING__PACE": "fixed"}).worker.batch_sharing
     assert config.pace == "fixed"
+    config = load_config(path, environ={"STRAIT_WORKER__BATCH_SHARING__ENABLED": "false"}).worker.batch_sharing
+    assert config.enabled is False
     with pytest.raises(ConfigError, match="batch_sharing"):
         load_config(path, environ={"STRAIT_WORKER__BATCH_SHARING__PACE": "fast"})
-    default = BatchSharingConfig()
-    assert with_env(default, {}) is default
-    assert with_env(default, {SHARING_ENV: "0"}).enabled is False
-    assert (with_env(default, {SHARED_ENV: "16"}).pace, with_env(default, {SHARED_ENV: "16"}).fixed_mb_s) == (
-        "fixed",
-        16,
-    )
-    assert with_env(default, {SHARED_ENV: "0"}).fixed_mb_s == 0  # fixed and unpaced
-    assert with_env(default, {PACE_ENV: "fixed", BUDGET_ENV: "25"}).latency_budget_ms == 25
-    with pytest.raises(ValueError, match=PACE_ENV):
-        with_env(default, {PACE_ENV: "fast"})
+    with pytest.raises(ConfigError, match="latency_budget_ms"):
+        load_config(path, environ={"STRAIT_WORKER__BATCH_SHARING__LATENCY_BUDGET_MS": "0"})
 
 
 class Clock:
@@ -180,50 +164,53 @@ class Realtime:
         return None if self.buckets is None else self.buckets.snapshot()
 
 
+class Fetched:
+    """The backlog pipeline's fetched bytes so far, as its reports carry them."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def __call__(self) -> int:
+        return self.total
+
+
 def test_sharing_paces_by_each_windows_realtime_latency() -> None:
-    clock, realtime = Clock(), Realtime()
-    before = sys.getswitchinterval()
+    clock, realtime, fetched = Clock(), Realtime(), Fetched()
     config = BatchSharingConfig(start_mb_s=8, floor_mb_s=2, ceiling_mb_s=16, latency_budget_ms=30)
-    sharing = Sharing(config, clock=clock, latency=realtime, environ={})
-    try:
-        realtime.observe(0.010, 1000)
-        sharing.share(True)  # the first window (before sharing): quiet, the baseline
-        assert sharing.pace is not None and sharing.pace.baseline_s is not None
-        assert sharing.max_bytes(64 * MB) == 800_000  # 8 MB/s, 0.1 s of it
-        assert sys.getswitchinterval() == 0.001
+    sharing = Sharing(config, clock=clock, latency=realtime, fetched=fetched)
+    realtime.observe(0.010, 1000)
+    sharing.share(True)  # the first window (before sharing): quiet, the baseline
+    assert sharing.pace is not None and sharing.pace.baseline_s is not None
+    assert sharing.rate == 8 * MB
 
-        def window(latency_s: float, fetched: int) -> int:
-            realtime.observe(latency_s, 1000)
-            sharing.spend(fetched)
-            clock.now += 1.0
-            sharing.share(True)
-            return round(sharing.pace.rate / MB) if sharing.pace else 0
-
-        assert window(0.010, 8 * MB) == 10  # within budget: grows
-        assert window(0.012, 8 * MB) == 12
-        assert window(0.200, 8 * MB) == 6  # over: halved (only this window's records count)
-        assert window(0.010, 0) == 6  # the batch pipeline fetched nothing: a quiet window, held
-        assert window(0.020, 8 * MB) == 7  # after a cut, it grows by a step (1 MB/s)
-        realtime.observe(30.0, 200)  # a caught-up backlog's last records, copied by the realtime pipeline
-        sharing.spend(8 * MB)
+    def window(latency_s: float, size: int) -> int:
+        realtime.observe(latency_s, 1000)
+        fetched.total += size
         clock.now += 1.0
-        sharing.share(True, arriving=frozenset({"caught-up"}))
-        assert sharing.pace.rate == 7.25 * MB  # held, not halved
-        clock.now += 10
-        assert sharing.max_bytes(64 * MB) == 725_000  # refilled at the new rate, 7.25 MB/s (12.5 halved, +1)
-        for _ in range(10):
-            window(0.010, 8 * MB)
-        assert sharing.pace.rate == 16 * MB  # the ceiling
-        for _ in range(10):
-            window(0.500, 8 * MB)
-        assert sharing.pace.rate == 2 * MB  # the floor: the backlog still drains
-    finally:
-        sharing.close()
-        assert sys.getswitchinterval() == before
+        sharing.share(True)
+        return round(sharing.pace.rate / MB) if sharing.pace else 0
+
+    assert window(0.010, 8 * MB) == 10  # within budget: grows
+    assert window(0.012, 8 * MB) == 12
+    assert window(0.200, 8 * MB) == 6  # over: halved (only this window's records count)
+    assert window(0.010, 0) == 6  # the batch pipeline fetched nothing: a quiet window, held
+    assert window(0.020, 8 * MB) == 7  # after a cut, it grows by a step (1 MB/s)
+    realtime.observe(30.0, 200)  # a caught-up backlog's last records, copied by the realtime pipeline
+    fetched.total += 8 * MB
+    clock.now += 1.0
+    sharing.share(True, arriving=frozenset({"caught-up"}))
+    assert sharing.pace.rate == 7.25 * MB  # held, not halved
+    assert sharing.rate == 7.25 * MB
+    for _ in range(10):
+        window(0.010, 8 * MB)
+    assert sharing.pace.rate == 16 * MB  # the ceiling
+    for _ in range(10):
+        window(0.500, 8 * MB)
+    assert sharing.pace.rate == 2 * MB  # the floor: the backlog still drains
 
 
 def test_a_window_with_a_backlog_s_last_records_is_judged_by_the_other_topics_records() -> None:
-    clock = Clock()
+    clock, fetched = Clock(), Fetched()
     topics = {"live": Buckets(), "caught-up": Buckets()}
 
     def all_topics() -> BucketCounts:
@@ -236,98 +223,75 @@ def test_a_window_with_a_backlog_s_last_records_is_judged_by_the_other_topics_re
         clock=clock,
         latency=all_topics,
         latency_by_topic=lambda: {t: b.snapshot() for t, b in topics.items()},
-        environ={},
+        fetched=fetched,
     )
-    try:
-        topics["live"].observe(0.010, 1000)
-        sharing.share(True)
+    topics["live"].observe(0.010, 1000)
+    sharing.share(True)
+    assert sharing.pace is not None
+
+    def window(live_s: float, old_s: float | None, arriving: frozenset[str]) -> float:
+        topics["live"].observe(live_s, 1000)
+        if old_s is not None:
+            topics["caught-up"].observe(old_s, 300)
+        fetched.total += 8 * MB
+        clock.now += 1.0
+        sharing.share(True, arriving=arriving)
         assert sharing.pace is not None
+        return sharing.pace.rate / MB
 
-        def window(live_s: float, old_s: float | None, arriving: frozenset[str]) -> float:
-            topics["live"].observe(live_s, 1000)
-            if old_s is not None:
-                topics["caught-up"].observe(old_s, 300)
-            sharing.spend(8 * MB)
-            clock.now += 1.0
-            sharing.share(True, arriving=arriving)
-            assert sharing.pace is not None
-            return sharing.pace.rate / MB
-
-        old = frozenset({"caught-up"})
-        # The backlog's last records are 30 s old, the live topic's within budget: it grows.
-        assert window(0.010, 30.0, old) == 10
-        # The live topic's own records over budget while the other finishes: cut, not held.
-        assert window(0.450, 30.0, old) == 5
-        # Every realtime topic is finishing a backlog: nothing else to judge by, the pace holds.
-        assert window(0.010, 30.0, frozenset({"caught-up", "live"})) == 5
-        # Once no topic arrives, every topic counts again (the old one's records are live now).
-        assert window(0.010, 0.010, frozenset()) == 6
-    finally:
-        sharing.close()
+    old = frozenset({"caught-up"})
+    # The backlog's last records are 30 s old, the live topic's within budget: it grows.
+    assert window(0.010, 30.0, old) == 10
+    # The live topic's own records over budget while the other finishes: cut, not held.
+    assert window(0.450, 30.0, old) == 5
+    # Every realtime topic is finishing a backlog: nothing else to judge by, the pace holds.
+    assert window(0.010, 30.0, frozenset({"caught-up", "live"})) == 5
+    # Once no topic arrives, every topic counts again (the old one's records are live now).
+    assert window(0.010, 0.010, frozenset()) == 6
 
 
 def test_idle_realtime_partitions_leave_the_backlog_unpaced_until_their_records_flow_again() -> None:
-    clock, realtime = Clock(), Realtime()
+    clock, realtime, fetched = Clock(), Realtime(), Fetched()
     config = BatchSharingConfig(start_mb_s=8, floor_mb_s=2, ceiling_mb_s=16, latency_budget_ms=30)
-    sharing = Sharing(config, clock=clock, latency=realtime, environ={})
+    sharing = Sharing(config, clock=clock, latency=realtime, fetched=fetched)
 
     def window(*, settled: bool, latency_s: float | None = None) -> None:
         if latency_s is not None:
             realtime.observe(latency_s, 1000)
-        sharing.spend(min(sharing.max_bytes(64 * MB), 8 * MB))
+        fetched.total += 8 * MB
         clock.now += 1.0
         sharing.share(True, settled=settled)
 
-    try:
-        realtime.observe(0.010, 1000)
-        sharing.share(True)
-        assert not sharing.idle and sharing.max_bytes(64 * MB) == 800_000  # paced, 8 MB/s
-        window(settled=False)  # no acknowledgement, but records in flight: a stall, still paced
-        assert not sharing.idle and sharing.max_bytes(64 * MB) <= 1024 * 1024
-        window(settled=True)  # no realtime record, all of them acknowledged: caught up and idle
-        assert sharing.idle
-        assert sharing.max_bytes(64 * MB) == 64 * MB  # nothing to protect: unpaced, whole answers
-        assert sharing.pace is not None and sharing.pace.rate == 8 * MB  # the pace itself held
-        window(settled=False, latency_s=0.200)  # realtime records again, late ones
-        assert not sharing.idle
-        assert sharing.pace.rate == 8 * MB  # that window ran unpaced: it says nothing of the pace
-        assert sharing.max_bytes(64 * MB) <= 1024 * 1024  # paced again, at most one shared answer
-        window(settled=False, latency_s=0.200)
-        assert sharing.pace.rate == 4 * MB  # late while paced: cut
-    finally:
-        sharing.close()
-
-
-def test_a_budget_from_the_environment_must_be_a_positive_number() -> None:
-    for wrong in ("0", "-5", "nan", "inf", "soon"):
-        with pytest.raises(ValueError, match=BUDGET_ENV):
-            with_env(BatchSharingConfig(), {BUDGET_ENV: wrong})
-    assert with_env(BatchSharingConfig(), {BUDGET_ENV: "40"}).latency_budget_ms == 40
+    realtime.observe(0.010, 1000)
+    sharing.share(True)
+    assert not sharing.idle and sharing.rate == 8 * MB
+    window(settled=False)  # no acknowledgement, but records in flight: a stall, still paced
+    assert not sharing.idle and sharing.rate is not None
+    window(settled=True)  # no realtime record, all of them acknowledged: caught up and idle
+    assert sharing.idle
+    assert sharing.rate is None  # nothing to protect: unpaced
+    assert sharing.pace is not None and sharing.pace.rate == 8 * MB  # the pace itself held
+    window(settled=False, latency_s=0.200)  # realtime records again, late ones
+    assert not sharing.idle
+    assert sharing.pace.rate == 8 * MB  # that window ran unpaced: it says nothing of the pace
+    assert sharing.rate == 8 * MB  # paced again
+    window(settled=False, latency_s=0.200)
+    assert sharing.pace.rate == 4 * MB  # late while paced: cut
 
 
 def test_without_a_latency_to_read_a_latency_pace_is_the_fixed_rate() -> None:
-    sharing = Sharing(BatchSharingConfig(fixed_mb_s=4), clock=Clock(), environ={})
-    try:
-        sharing.share(True)
-        assert sharing.pace is None
-        assert sharing.max_bytes(64 * MB) == 400_000
-    finally:
-        sharing.close()
-    sharing = Sharing(BatchSharingConfig(), clock=Clock(), latency=Realtime(), environ={SHARED_ENV: "4"})
-    try:
-        sharing.share(True)
-        assert sharing.pace is None  # the environment asked for a fixed pace
-        assert sharing.max_bytes(64 * MB) == 400_000
-    finally:
-        sharing.close()
+    sharing = Sharing(BatchSharingConfig(fixed_mb_s=4), clock=Clock())
+    sharing.share(True)
+    assert sharing.pace is None
+    assert sharing.rate == 4 * MB
 
 
-def test_a_batch_pipeline_paces_by_its_routes_realtime_pipeline_only() -> None:
+def test_a_backlog_process_paces_by_its_routes_realtime_pipelines_only() -> None:
     from strait.metrics.stages import RouteObserver
-    from strait.worker.batch.pipeline import BatchPipeline
+    from strait.worker.batch.remote import BacklogProcess
 
     observer = RouteObserver("r", clock=lambda: 100.0)
-    pipeline = BatchPipeline(
+    pipeline = BacklogProcess(
         name="batch",
         source={},
         destination={},
@@ -336,13 +300,16 @@ def test_a_batch_pipeline_paces_by_its_routes_realtime_pipeline_only() -> None:
         observer=observer,
         sharing=BatchSharingConfig(latency_budget_ms=30),
     )
-    sharing = pipeline._sharing
-    assert sharing.pace is not None and sharing.pace.settings.budget_s == 0.03
-    probe = sharing._latency
-    assert probe is not None and probe() is None  # nothing copied yet
-    observer.acked("realtime", "t", 0, 0.001, 99_992, count=50)  # 8 ms from source to ack
-    observer.acked("batch", "t", 1, 0.001, 90_000, count=1000)  # the backlog's own records: not counted
-    counts = probe()
-    assert counts is not None and counts.count == 50
-    p99 = counts.quantile(0.99)
-    assert p99 is not None and 0.005 < p99 <= 0.01  # the histogram's bucket of 8 ms
+    try:
+        sharing = pipeline._sharing
+        assert sharing.pace is not None and sharing.pace.settings.budget_s == 0.03
+        probe = sharing._latency
+        assert probe is not None and probe() is None  # nothing copied yet
+        observer.acked("realtime", "t", 0, 0.001, 99_992, count=50)  # 8 ms from source to ack
+        observer.acked("batch", "t", 1, 0.001, 90_000, count=1000)  # the backlog's own records: not counted
+        counts = probe()
+        assert counts is not None and counts.count == 50
+        p99 = counts.quantile(0.99)
+        assert p99 is not None and 0.005 < p99 <= 0.01  # the histogram's bucket of 8 ms
+    finally:
+        pipeline.stop(0)

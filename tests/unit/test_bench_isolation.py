@@ -238,7 +238,8 @@ def test_each_pacing_runs_strait_once_with_its_worker_environment_and_its_own_la
 ) -> None:
     scenario = importlib.import_module("strait.bench.scenarios.isolation")
     monkeypatch.setattr(scenario, "warm_brokers", lambda bench, seconds, **kw: None)
-    monkeypatch.setenv("STRAIT_BATCH_PACE", "fixed")  # the caller's own: hidden from the runs, then back
+    # The caller's own: hidden from the runs, then back.
+    monkeypatch.setenv("STRAIT_WORKER__BATCH_SHARING__PACE", "fixed")
     seen: list[tuple[str, dict[str, str]]] = []
 
     def run(bench: Any, system: str, shape: Any, *, copy: Any, mm2_profile: Any) -> dict[str, Any]:
@@ -248,12 +249,15 @@ def test_each_pacing_runs_strait_once_with_its_worker_environment_and_its_own_la
     monkeypatch.setattr(scenario, "_isolation_run", run)
     doc = scenario.isolation(_Bench(), pacings=["latency:40", "fixed:8", "off"])  # type: ignore[arg-type]
     assert seen == [
-        ("strait", {"STRAIT_BATCH_PACE": "latency", "STRAIT_BATCH_LATENCY_BUDGET_MS": "40"}),
-        ("strait", {"STRAIT_BATCH_SHARED_MB_S": "8"}),
-        ("strait", {"STRAIT_BATCH_SHARING": "0"}),
+        (
+            "strait",
+            {"STRAIT_WORKER__BATCH_SHARING__PACE": "latency", "STRAIT_WORKER__BATCH_SHARING__LATENCY_BUDGET_MS": "40"},
+        ),
+        ("strait", {"STRAIT_WORKER__BATCH_SHARING__PACE": "fixed", "STRAIT_WORKER__BATCH_SHARING__FIXED_MB_S": "8"}),
+        ("strait", {"STRAIT_WORKER__BATCH_SHARING__ENABLED": "false"}),
         ("mm2", {}),
     ]
-    assert os.environ["STRAIT_BATCH_PACE"] == "fixed"
+    assert os.environ["STRAIT_WORKER__BATCH_SHARING__PACE"] == "fixed"
     assert [mode_of(r) for r in doc["runs"]] == [
         "strait pacing latency:40",
         "strait pacing fixed:8",
@@ -261,7 +265,7 @@ def test_each_pacing_runs_strait_once_with_its_worker_environment_and_its_own_la
         "mm2",
     ]
     assert doc["params"]["pacings"] == ["latency:40", "fixed:8", "off"]
-    assert pacing_env(None) == {} and pacing_env("fixed") == {"STRAIT_BATCH_PACE": "fixed"}
+    assert pacing_env(None) == {} and pacing_env("fixed") == {"STRAIT_WORKER__BATCH_SHARING__PACE": "fixed"}
     for word in ("fast", "fixed:0", "latency:x", "off:3"):
         with pytest.raises(ValueError, match="pacing"):
             pacing_env(word)

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 from strait.sandbox import ports, process
@@ -201,7 +202,9 @@ class StraitReplicator:
         return asked
 
     def pids(self) -> list[int]:
-        return [p.pid for p in list(self._procs.values()) if process.is_ours(p.pid, self._marker)]
+        """Controllers and workers, and the workers' backlog processes (their children)."""
+        ours = [p.pid for p in list(self._procs.values()) if process.is_ours(p.pid, self._marker)]
+        return ours + [child for pid in ours for child in children(pid)]
 
     def worker_pids(self) -> list[int]:
         return [self._procs[n].pid for n in self.worker_names if process.is_ours(self._procs[n].pid, self._marker)]
@@ -239,3 +242,11 @@ class StraitReplicator:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
         self._api.close()
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (none once it is gone)."""
+    try:
+        return [child.pid for child in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []

@@ -131,11 +131,12 @@ def copier_factory(
         copy, copy_reason = copy_mode(route)
         if copy == "batch":
             from strait.worker.batch.pipeline import BatchPipeline
+            from strait.worker.batch.remote import BacklogProcess
 
-            # The batch pipeline's pace next to realtime partitions (strait.worker.batch.budget).
-            extra["batch_factory"] = partial(
-                BatchPipeline, sharing=config.worker.batch_sharing, lanes=config.worker.batch_produce_lanes
-            )
+            lanes = config.worker.batch_produce_lanes
+            extra["batch_factory"] = partial(BatchPipeline, lanes=lanes)
+            # The backlog's process, paced next to realtime partitions (strait.worker.batch.budget).
+            extra["backlog_factory"] = partial(BacklogProcess, sharing=config.worker.batch_sharing, lanes=lanes)
         copier = Copier(
             route=route.name,
             source=source,

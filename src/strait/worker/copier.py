@@ -96,6 +96,7 @@ class Copier(PartitionStarts):
         copy: CopyMode = "record",
         copy_reason: str = "",
         batch_factory: PipelineFactory | None = None,
+        backlog_factory: PipelineFactory | None = None,
         realtime_copy: RealtimeCopy = "auto",
     ) -> None:
         self.route = route
@@ -139,11 +140,17 @@ class Copier(PartitionStarts):
         self._batch: Pipeline | None = None
         realtime_batch: Pipeline | None = None
         if copy == "batch":
+            # The backlog's pipeline runs in a process of its own (strait.worker.batch.remote),
+            # the realtime one here; ``batch_factory`` alone (tests) makes both.
+            if backlog_factory is None and batch_factory is None:
+                from strait.worker.batch.remote import BacklogProcess
+
+                backlog_factory = BacklogProcess
             if batch_factory is None:
                 from strait.worker.batch.pipeline import BatchPipeline
 
                 batch_factory = BatchPipeline
-            self._batch = batch_factory(name=BATCH, settings=catchup_settings, **common)
+            self._batch = (backlog_factory or batch_factory)(name=BATCH, settings=catchup_settings, **common)
             if realtime_copy != "record" and catchup_lag_threshold is not None:
                 gathering = replace(realtime_settings, fetch_gather_ms=realtime_settings.fetch_gather_ms or GATHER_MS)
                 realtime_batch = batch_factory(name=REALTIME_BATCH, settings=gathering, **common)

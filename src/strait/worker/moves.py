@@ -298,8 +298,8 @@ class Moves:
 
     def share(self, entries: list[Entry], now: float) -> None:
         """The batch pipeline paces its fetches while the realtime pipeline copies partitions
-        (strait.worker.batch.budget.Sharing): a backlog drained flat out holds the GIL the
-        realtime records wait for. ``arriving`` flags the windows in which the realtime
+        (strait.worker.batch.budget.Sharing): a backlog drained flat out takes the brokers' CPU
+        and the network the realtime records need. ``arriving`` flags the windows in which the realtime
         pipeline still copied a partition's old records (up to and including the one in which
         they were all acknowledged)."""
         arriving: set[str] = set()  # their destination topics

@@ -378,19 +378,16 @@ def mode_of(run: dict[str, Any]) -> str:
     return f"{label} pacing {run['pacing']}" if run.get("pacing") else label
 
 
-# The worker's environment variables that set the batch pipeline's pace (strait.worker.batch.budget).
-PACING_ENV = (
-    "STRAIT_BATCH_SHARING",
-    "STRAIT_BATCH_PACE",
-    "STRAIT_BATCH_SHARED_MB_S",
-    "STRAIT_BATCH_LATENCY_BUDGET_MS",
-)
+# The environment overrides of the worker's ``worker.batch_sharing`` keys that set the backlog's
+# pace (strait.worker.batch.budget).
+SHARING_ENV = "STRAIT_WORKER__BATCH_SHARING__"
+PACING_ENV = tuple(f"{SHARING_ENV}{key}" for key in ("ENABLED", "PACE", "FIXED_MB_S", "LATENCY_BUDGET_MS"))
 
 
 def pacing_env(pacing: str | None) -> dict[str, str]:
     """The worker environment of one ``--pacing`` word: ``latency`` (the worker's budget) or
     ``latency:MS`` (a budget of MS ms), ``fixed`` (the configured rate) or ``fixed:MB`` (MB/s),
-    ``off`` (no sharing caps at all); None: the worker's configuration alone."""
+    ``off`` (the backlog never paced); None: the worker's configuration alone."""
     if pacing is None:
         return {}
     kind, _, value = pacing.partition(":")
@@ -399,11 +396,12 @@ def pacing_env(pacing: str | None) -> dict[str, str]:
     except ValueError:
         number = -1.0
     if kind == "off" and not value:
-        return {"STRAIT_BATCH_SHARING": "0"}
+        return {f"{SHARING_ENV}ENABLED": "false"}
     if kind == "latency" and (number is None or number > 0):
-        return {"STRAIT_BATCH_PACE": "latency", **({} if not value else {"STRAIT_BATCH_LATENCY_BUDGET_MS": value})}
+        budget = {} if not value else {f"{SHARING_ENV}LATENCY_BUDGET_MS": value}
+        return {f"{SHARING_ENV}PACE": "latency", **budget}
     if kind == "fixed" and (number is None or number > 0):
-        return {"STRAIT_BATCH_PACE": "fixed"} if not value else {"STRAIT_BATCH_SHARED_MB_S": value}
+        return {f"{SHARING_ENV}PACE": "fixed", **({} if not value else {f"{SHARING_ENV}FIXED_MB_S": value})}
     raise ValueError(f"unknown pacing {pacing!r}: latency[:ms], fixed[:MB/s] or off")
 
 

@@ -26,7 +26,7 @@ from strait.bench.scenarios.throughput import _throughput_run
 from strait.sandbox.security import SecurityMode
 
 BASELINE = SecurityMode.PLAINTEXT.value
-LANES_ENV = "STRAIT_BATCH_PRODUCE_LANES"  # read by strait.worker.batch.link.produce_lanes
+LANES_ENV = "STRAIT_WORKER__BATCH_PRODUCE_LANES"  # the override of worker.batch_produce_lanes
 
 
 @contextlib.contextmanager

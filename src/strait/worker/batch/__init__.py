@@ -11,4 +11,7 @@ together: record batch v2 parsing and rewriting (``records``), which fetched bat
 produced (``select``), batch or record mode per partition (``compat``), idempotent sequences
 (``sequences``), what to do with a produce answer (``outcomes``). :mod:`protocol` holds the
 request versions and the answers' plain values; ``bench`` measures the per-batch CPU work.
+A route's backlog runs its batch pipeline in a process of its own: :mod:`remote` (the worker's
+side), :mod:`child` (the process) and :mod:`relay` (what they tell each other), paced by
+:mod:`budget` and :mod:`pace`.
 """

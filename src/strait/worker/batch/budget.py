@@ -1,35 +1,26 @@
-"""How fast the batch pipeline may fetch, so that draining a backlog leaves CPU (and the GIL) to
-the realtime pipeline of the same worker, and to the brokers on a machine they share with it.
+"""How fast the backlog's batch pipeline may fetch while the worker copies realtime partitions
+of the same route.
 
-Two caps, both token buckets (:class:`FetchBudget`):
+The backlog pipeline runs in a process of its own (:mod:`strait.worker.batch.remote`), so the
+operating system, not the worker's interpreter, shares the CPU between it and the realtime copy
+loop, and an idle core drains a backlog at full speed. What a process cannot protect is what
+both need from outside: the brokers' CPU and disks on a machine they share, and the network.
+While the worker's realtime pipelines hold partitions (:class:`Sharing`, told by the copier's
+moves every second), the backlog's fetch rate is paced (the worker's ``worker.batch_sharing``,
+:class:`strait.config.BatchSharingConfig`): by default from the realtime partitions' own
+end-to-end p99 (:mod:`strait.worker.batch.pace`, one window per call of :meth:`Sharing.share`),
+or at a fixed rate. Without realtime partitions, or while they are idle, the backlog drains
+unpaced.
 
-- ``STRAIT_BATCH_MAX_MB_S`` (megabytes of source record batches per second, for one batch
-  pipeline): a fixed cap, off unless set (an experiment, not a setting).
-- While the worker's realtime record pipeline holds partitions (:class:`Sharing`, told by the
-  copier's moves every second), the batch pipeline shares the process with a copy loop whose
-  records wait for every GIL hand-over. It then fetches at most SHARED_FETCH_BYTES per fetch
-  answer, the process's GIL switch interval is SHARED_SWITCH_INTERVAL_S instead of CPython's
-  5 ms, and its fetch rate is paced (the worker's ``worker.batch_sharing``,
-  :class:`strait.config.BatchSharingConfig`): by default from the realtime partitions' own
-  end-to-end p99 (:mod:`strait.worker.batch.pace`, one window per call of :meth:`Sharing.share`),
-  or at a fixed rate. A thread that gives the GIL up for each librdkafka call (the record
-  pipeline) waits up to one switch interval to get it back from a busy thread each time: six
-  such hand-overs took 0.03 ms at the median and 14.9 ms at p99 next to a busy Python thread at
-  5 ms, 0.11 ms at p99 at 1 ms (load 21, /tmp micro-benchmark, see commit 66b66bb). Without
-  realtime partitions the backlog drains unpaced; ``STRAIT_BATCH_SHARING=0`` turns the shared
-  caps off (to measure without them).
-
-A bucket: fetches go out while it holds bytes, each answer's record bytes are taken out of it
-(it may go below zero: the next fetch then waits longer, so the mean rate holds), and it
-refills at the rate, holding at most BURST_S of it.
+The rate is enforced in the batch loop by a token bucket (:class:`FetchBudget`,
+:class:`PacedFetches`): fetches go out while it holds bytes, each answer's record bytes are
+taken out of it (it may go below zero: the next fetch then waits longer, so the mean rate
+holds), and it refills at the rate, holding at most BURST_S of it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
 
@@ -39,17 +30,7 @@ from strait.worker.batch.pace import LatencyPace, PaceSettings, Window
 
 log = logging.getLogger(__name__)
 
-ENV = "STRAIT_BATCH_MAX_MB_S"
-SHARED_ENV = "STRAIT_BATCH_SHARED_MB_S"
-SHARING_ENV = "STRAIT_BATCH_SHARING"  # 0: none of the shared caps (to measure without them)
-PACE_ENV = "STRAIT_BATCH_PACE"  # latency or fixed
-BUDGET_ENV = "STRAIT_BATCH_LATENCY_BUDGET_MS"
 BURST_S = 0.1
-# While realtime partitions share the worker: the batch pipeline's largest fetch answer (the
-# stretch the loop spends decoding and splitting one), and the GIL switch interval. (An unpaced
-# drain of 100 B records ran at ~55 MB/s on the quiet machine: the pace's default ceiling is above.)
-SHARED_FETCH_BYTES = 1024 * 1024
-SHARED_SWITCH_INTERVAL_S = 0.001
 
 
 class FetchBudget:
@@ -65,18 +46,11 @@ class FetchBudget:
         self._last = clock()
 
     def set_rate(self, bytes_per_s: float) -> None:
-        """Refill at ``bytes_per_s`` from now on (another thread may be taking bytes: the rate
-        and the cap are each replaced whole)."""
+        """Refill at ``bytes_per_s`` from now on."""
         if bytes_per_s <= 0:
             raise ValueError(f"a fetch budget needs a positive rate, got {bytes_per_s}")
         self.rate = bytes_per_s
         self._cap = bytes_per_s * BURST_S
-
-    @classmethod
-    def from_env(cls, clock: Callable[[], float] = time.monotonic) -> FetchBudget | None:
-        """The budget ``STRAIT_BATCH_MAX_MB_S`` asks for, or None (no cap)."""
-        rate = _rate(ENV, None)
-        return None if rate is None else cls(rate * 1_000_000, clock=clock)
 
     def available(self) -> int:
         """Bytes a fetch may ask for now; 0 while the pipeline must wait."""
@@ -90,47 +64,50 @@ class FetchBudget:
         self._tokens -= size
 
 
-def _rate(env: str, default: float | None, environ: Mapping[str, str] | None = None) -> float | None:
-    value = (os.environ if environ is None else environ).get(env, "").strip()
-    if not value:
-        return default
-    try:
-        rate = float(value)
-    except ValueError as exc:
-        raise ValueError(f"{env} must be a number of megabytes per second, got {value!r}") from exc
-    return rate if rate > 0 else None
+class PacedFetches:
+    """The batch loop's side of the pace: the rate it was last given (None: unpaced) and the
+    source bytes it fetched so far. :meth:`set_rate` from any thread, the rest from the loop's."""
 
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._budget: FetchBudget | None = None
+        self.fetched = 0
 
-_switch_lock = threading.Lock()
-_switch_users = 0
-_switch_before = 0.0
+    def set_rate(self, bytes_per_s: float | None) -> None:
+        budget = self._budget
+        if bytes_per_s is None:
+            self._budget = None
+        elif budget is None:
+            self._budget = FetchBudget(bytes_per_s, clock=self._clock)
+        else:
+            budget.set_rate(bytes_per_s)
 
+    @property
+    def rate(self) -> float | None:
+        budget = self._budget
+        return None if budget is None else budget.rate
 
-def _short_switches(on: bool) -> None:
-    """The process's GIL switch interval at SHARED_SWITCH_INTERVAL_S while any batch pipeline
-    shares the worker with realtime partitions (counted: a worker may run several), as it was
-    once none does."""
-    global _switch_users, _switch_before
-    with _switch_lock:
-        if on:
-            if _switch_users == 0:
-                _switch_before = sys.getswitchinterval()
-                sys.setswitchinterval(min(_switch_before, SHARED_SWITCH_INTERVAL_S))
-            _switch_users += 1
-        elif _switch_users > 0:
-            _switch_users -= 1
-            if _switch_users == 0:
-                sys.setswitchinterval(_switch_before)
+    def max_bytes(self, asked: int) -> int:
+        """The most a fetch may ask for now (0: wait)."""
+        budget = self._budget
+        return asked if budget is None else max(0, min(asked, budget.available()))
+
+    def spend(self, size: int) -> None:
+        """Take a fetch answer's record bytes out of the bucket, if paced."""
+        self.fetched += size
+        budget = self._budget
+        if budget is not None:
+            budget.spend(size)
 
 
 class Sharing:
-    """The batch pipeline's caps: the fixed one (``STRAIT_BATCH_MAX_MB_S``) always, the shared
-    ones while realtime partitions run in the same worker (:meth:`share`).
+    """The backlog's pace while realtime partitions run in the same worker (:meth:`share`).
 
-    ``config`` is the worker's ``worker.batch_sharing`` (the environment variables above
-    override it, see :func:`with_env`); ``latency`` returns the realtime pipeline's end-to-end
-    histogram on this worker so far (cumulative; None while it has none), which the latency
-    pace (strait.worker.batch.pace) reads once per :meth:`share`.
+    ``config`` is the worker's ``worker.batch_sharing``; ``latency`` returns the realtime
+    pipelines' end-to-end histogram on this worker so far (cumulative; None while it has none),
+    which the latency pace (strait.worker.batch.pace) reads once per :meth:`share`; ``fetched``
+    the source bytes the backlog pipeline fetched so far. :attr:`rate` is the rate the backlog
+    pipeline is to fetch at now (None: unpaced).
     """
 
     def __init__(
@@ -140,21 +117,17 @@ class Sharing:
         clock: Callable[[], float] = time.monotonic,
         latency: Callable[[], BucketCounts | None] | None = None,
         latency_by_topic: Callable[[], Mapping[str, BucketCounts]] | None = None,
-        environ: Mapping[str, str] | None = None,
+        fetched: Callable[[], int] = lambda: 0,
     ) -> None:
         self._clock = clock
-        self.fixed = FetchBudget.from_env(clock)
-        self.config = with_env(config or BatchSharingConfig(), os.environ if environ is None else environ)
-        self._enabled = self.config.enabled
+        self.config = config or BatchSharingConfig()
         self._latency = latency
+        self._fetched_of = fetched
         self.pace: LatencyPace | None = None
-        self._shared_rate: float | None = None
+        self._shared_rate: float = self.config.fixed_mb_s * 1_000_000
         if self.config.pace == "latency" and latency is not None:
             self.pace = LatencyPace(pace_settings(self.config))
             self._shared_rate = self.pace.rate
-        elif self.config.fixed_mb_s > 0:  # (a latency pace without a latency to read: fixed)
-            self._shared_rate = self.config.fixed_mb_s * 1_000_000
-        self._paced: FetchBudget | None = None
         self.shared = False
         # The last window saw no realtime record acknowledged and the copier found every realtime
         # partition settled (all it knows of the source acknowledged): caught up and idle (e.g.
@@ -165,11 +138,6 @@ class Sharing:
         # LogAppendTime destination) shows. A pace that held at its start rate here made a
         # 1 KB copy 3x slower once its first partition caught up.
         self.idle = False
-        self._closed = False
-        # share() comes from the copier's control thread, close() from the pipeline's: one at a
-        # time, so a share(True) that checked ``_closed`` just before a close() cannot turn the
-        # short switches on after close() found nothing to turn off (left at 1 ms for good).
-        self._lock = threading.Lock()
         # The latency histogram at the last window's end: from now on, not the process's past
         # (one observer per route lives as long as the process).
         self._seen: BucketCounts | None = latency() if latency is not None else None
@@ -177,8 +145,7 @@ class Sharing:
         # backlog in the realtime pipeline is judged by the other topics' records (below).
         self._by_topic = latency_by_topic
         self._seen_by_topic: Mapping[str, BucketCounts] = latency_by_topic() if latency_by_topic is not None else {}
-        self._fetched = 0  # bytes fetched so far (the pipeline's thread adds, the control thread reads)
-        self._fetched_seen = 0
+        self._fetched_seen = fetched()
 
     def share(
         self,
@@ -190,26 +157,22 @@ class Sharing:
         """Realtime partitions run in this worker (True) or not any more (False); ``settled``:
         they have every record they know of acknowledged; ``arriving``: the destination topics
         of those that came from a backlog and may have copied its last records in this window
-        (the window is judged by the other topics' records; with none, the pace holds). Any
-        thread. Called once a second (the copier's classification): each call ends a pacing
-        window."""
-        with self._lock:
-            shared = shared and self._enabled and not self._closed
-            # (A window that ran unpaced because the realtime side was idle taught nothing about
-            # the pace.)
-            self._end_window(paced=self.paced, settled=settled, arriving=arriving)
-            self._turn(shared)
+        (the window is judged by the other topics' records; with none, the pace holds). Called
+        once a second (the copier's classification): each call ends a pacing window."""
+        # (A window that ran unpaced because the realtime side was idle taught nothing about
+        # the pace.)
+        self._end_window(paced=self.paced, settled=settled, arriving=arriving)
+        self.shared = shared and self.config.enabled
 
-    def _turn(self, shared: bool) -> None:
-        if shared == self.shared:
-            return
-        if shared:
-            rate = self._shared_rate
-            self._paced = None if rate is None else FetchBudget(rate, clock=self._clock)
-        else:
-            self._paced = None
-        _short_switches(shared)
-        self.shared = shared
+    @property
+    def paced(self) -> bool:
+        """Sharing the worker with realtime partitions that are not idle: the pace applies."""
+        return self.shared and not self.idle
+
+    @property
+    def rate(self) -> float | None:
+        """The backlog's fetch rate now, in bytes per second (None: unpaced)."""
+        return self._shared_rate if self.paced else None
 
     def _end_window(
         self,
@@ -234,7 +197,7 @@ class Sharing:
             # such window would keep it high while the realtime topic's own p99 is far over
             # the budget.
             window, held_back = others, False
-        fetched = self._fetched
+        fetched = self._fetched_of()
         batch_bytes, self._fetched_seen = fetched - self._fetched_seen, fetched
         before = pace.rate
         rate = pace.step(
@@ -247,9 +210,6 @@ class Sharing:
             paced=paced,
         )
         self._shared_rate = rate
-        budget = self._paced
-        if budget is not None and rate != budget.rate:
-            budget.set_rate(rate)
         if (
             held_back
             and window is not None
@@ -299,34 +259,6 @@ class Sharing:
             merged = window if merged is None else merged.plus(window)
         return merged if merged is not None and merged.count > 0 else None
 
-    def close(self) -> None:
-        """The pipeline stopped: the process's switch interval as it was, for good (a late
-        :meth:`share` from the copier changes nothing)."""
-        with self._lock:
-            self._closed = True
-            self._turn(False)
-
-    @property
-    def paced(self) -> bool:
-        """Sharing the worker with realtime partitions that are not idle: the shared caps apply."""
-        return self.shared and not self.idle
-
-    def max_bytes(self, asked: int) -> int:
-        """The most a fetch may ask for now (0: wait)."""
-        paced = self.paced
-        limit = asked if not paced else min(asked, SHARED_FETCH_BYTES)
-        for budget in (self.fixed, self._paced if paced else None):
-            if budget is not None:
-                limit = min(limit, budget.available())
-        return max(0, limit)
-
-    def spend(self, size: int) -> None:
-        """Take a fetch answer's record bytes out of the buckets in force."""
-        self._fetched += size
-        for budget in (self.fixed, self._paced if self.paced else None):
-            if budget is not None:
-                budget.spend(size)
-
 
 def pace_settings(config: BatchSharingConfig) -> PaceSettings:
     """The latency pace ``config`` asks for."""
@@ -338,32 +270,3 @@ def pace_settings(config: BatchSharingConfig) -> PaceSettings:
         budget_s=None if config.latency_budget_ms is None else config.latency_budget_ms / 1000,
         budget_ratio=config.budget_ratio,
     )
-
-
-def with_env(config: BatchSharingConfig, environ: Mapping[str, str]) -> BatchSharingConfig:
-    """``config`` with the older environment variables applied (they win over the file):
-    ``STRAIT_BATCH_SHARING=0`` turns sharing off, ``STRAIT_BATCH_SHARED_MB_S`` a fixed pace at
-    that rate (0: unpaced), ``STRAIT_BATCH_PACE`` latency or fixed, ``STRAIT_BATCH_LATENCY_BUDGET_MS``
-    the budget."""
-    update: dict[str, object] = {}
-    if environ.get(SHARING_ENV, "").strip() == "0":
-        update["enabled"] = False
-    if environ.get(SHARED_ENV, "").strip():
-        rate = _rate(SHARED_ENV, None, environ)
-        update["pace"] = "fixed"
-        update["fixed_mb_s"] = 0.0 if rate is None else rate
-    pace = environ.get(PACE_ENV, "").strip()
-    if pace:
-        if pace not in ("latency", "fixed"):
-            raise ValueError(f"{PACE_ENV} must be latency or fixed, got {pace!r}")
-        update["pace"] = pace
-    budget = environ.get(BUDGET_ENV, "").strip()
-    if budget:
-        try:
-            update["latency_budget_ms"] = float(budget)
-            if not 0 < float(budget) < float("inf"):
-                raise ValueError
-        except ValueError as exc:
-            raise ValueError(f"{BUDGET_ENV} must be a positive number of milliseconds, got {budget!r}") from exc
-    # (model_copy skips validation: fixed_mb_s 0 means unpaced here, which the file cannot say.)
-    return config.model_copy(update=update) if update else config

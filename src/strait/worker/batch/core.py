@@ -12,7 +12,7 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from strait.access_errors import authorization_message
-from strait.worker.batch.budget import Sharing
+from strait.worker.batch.budget import PacedFetches
 from strait.worker.batch.identities import Identities
 from strait.worker.batch.leaders import LeaderCache
 from strait.worker.batch.link import Key, Links
@@ -40,7 +40,7 @@ class LoopCore:
     _fetches: dict[int, tuple[Any, dict[Key, int], float]]
     _identities: Identities
     _rtts: RoundTrips | None
-    _sharing: Sharing
+    _pace: PacedFetches
     _stopping: threading.Event
 
     def _to_record_mode(self, part: BatchPartition, reason: str) -> None:

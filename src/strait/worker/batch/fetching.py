@@ -65,7 +65,7 @@ class Fetching(LoopCore):
         settings = self._settings
         max_bytes = settings.fetch_max_bytes
         if by_leader:
-            max_bytes = self._sharing.max_bytes(max_bytes)
+            max_bytes = self._pace.max_bytes(max_bytes)
             if max_bytes <= 0:
                 return
         turn, self._fetch_turn = self._fetch_turn, self._fetch_turn + 1
@@ -130,7 +130,7 @@ class Fetching(LoopCore):
         state = part.state
         code = fetched.error_code
         if code == 0:
-            self._sharing.spend(len(fetched.records))
+            self._pace.spend(len(fetched.records))
             if fetched.high_watermark > (state.source_end or 0):
                 state.source_end = fetched.high_watermark
             decision = part.take_fetch(fetched, now)

@@ -24,7 +24,6 @@ Requests:
 from __future__ import annotations
 
 import contextlib
-import os
 import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -48,13 +47,11 @@ MAX_IN_FLIGHT_PER_CONNECTION = 64
 # request per connection at a time, and over TLS the reading includes decrypting the whole
 # request on one network thread, so more lanes let a broker decrypt one request while it appends
 # another. Each partition always uses the same lane (ClusterLink.lane_of), so its batches and
-# their sequences still arrive in order. One lane unless the worker's batch_produce_lanes or
-# STRAIT_BATCH_PRODUCE_LANES says more: on
-# the 2-core benchmark machine a quiet TLS copy already kept about 85 % of both cores busy (the
+# their sequences still arrive in order. One lane unless the worker's batch_produce_lanes says
+# more: on the 2-core benchmark machine a quiet TLS copy already kept about 85 % of both cores busy (the
 # brokers encrypting and decrypting), leaving extra lanes little idle CPU, and each lane splits
 # the requests further (more of the loop's CPU per batch). `strait bench security
 # --produce-lanes default,4` measures both in one run.
-LANES_ENV = "STRAIT_BATCH_PRODUCE_LANES"
 
 # Blocking requests try this many brokers, each not yet connected given this long to connect.
 CALL_TRIES = 3
@@ -297,18 +294,9 @@ def _metadata_request(topic: str) -> Any:
     )
 
 
-def produce_lanes(configured: int = 1) -> int:
-    """Connections to each destination broker for produce requests: ``configured`` (the
-    worker's ``worker.batch_produce_lanes``), unless STRAIT_BATCH_PRODUCE_LANES names a positive
-    count (see :data:`LANES_ENV`; the benchmarks set it)."""
-    override = os.environ.get(LANES_ENV, "").strip()
-    return int(override) if override.isdigit() and int(override) > 0 else configured
-
-
 class Links:
     """The source and destination links of one pipeline, sharing one network selector;
-    ``lanes``: connections to each destination broker for produce requests (default
-    :func:`produce_lanes`)."""
+    ``lanes``: connections to each destination broker for produce requests (default one)."""
 
     def __init__(
         self,
@@ -329,7 +317,7 @@ class Links:
                 net=self._net,
                 client_id=client_id,
                 request_timeout_ms=request_timeout_ms,
-                lanes=lanes if lanes is not None else produce_lanes(),
+                lanes=lanes if lanes is not None else 1,
             )
         except Exception:
             self.source.close()

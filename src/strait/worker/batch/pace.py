@@ -1,10 +1,10 @@
 """The batch pipeline's fetch rate, guarded by the realtime partitions' own latency (no I/O).
 
 While a worker's realtime record pipeline copies partitions next to a draining backlog, every
-byte the batch pipeline fetches costs the realtime records CPU (the worker's, and on a shared
-machine the brokers'): a fixed pace is either too fast for a loaded machine or too slow for an
-idle one. :class:`LatencyPace` sets the pace from what the realtime records see, once per window
-(the copier's one-second classification):
+byte the backlog's batch pipeline fetches costs the realtime records the machine's CPU (the
+brokers' on a shared machine, and cores the realtime loop needs): a fixed pace is either too
+fast for a loaded machine or too slow for an idle one. :class:`LatencyPace` sets the pace from
+what the realtime records see, once per window (the copier's one-second classification):
 
 - a window whose p99 (source timestamp to destination acknowledgement, realtime pipeline only)
   is over the budget cuts the rate by ``cut``; one within it lets the rate grow: by ``grow``

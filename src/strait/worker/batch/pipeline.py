@@ -31,20 +31,17 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from strait.config import BatchSharingConfig
-from strait.worker.batch.budget import Sharing
+from strait.worker.batch.budget import PacedFetches
 from strait.worker.batch.core import RETRY_BACKOFF_S, refusal
 from strait.worker.batch.fetching import Fetching
 from strait.worker.batch.identities import Identities
 from strait.worker.batch.leaders import LeaderCache
-from strait.worker.batch.link import Key, Links, produce_lanes
+from strait.worker.batch.link import Key, Links
 from strait.worker.batch.merging import MERGED_MAX_BYTES
 from strait.worker.batch.partition import BatchPartition
-from strait.worker.batch.priority import ThreadPriority
 from strait.worker.batch.producing import Producing
 from strait.worker.batch.rtts import RoundTrips
 from strait.worker.checkpoint import AckTracker
-from strait.worker.copier import REALTIME, REALTIME_BATCH
 from strait.worker.pipeline import PartitionState, PipelineLoop, PipelineSettings
 from strait.worker.stalls import LoopWatch
 from strait.worker.startup import ASSIGNED, mark
@@ -79,7 +76,6 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         settings: PipelineSettings = PipelineSettings(),
         observer: Any = None,
         links: Links | None = None,
-        sharing: BatchSharingConfig | None = None,
         lanes: int | None = None,
         merge_bytes: int = MERGED_MAX_BYTES,
         **_record_options: Any,
@@ -114,18 +110,9 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         self._flush_timeout_s = 0.0
         self._watch = LoopWatch(name)  # slow loop turns in the debug log (strait.worker.stalls)
         self._unreachable: str | None = None
-        # Fetch caps: a fixed one if asked, paced while realtime partitions share the worker,
-        # by the realtime pipeline's own end-to-end latency (strait.worker.batch.budget).
-        realtime_latency = getattr(observer, "end_to_end_of", None)
-        by_topic = getattr(observer, "end_to_end_by_topic", None)
-        self._sharing = Sharing(
-            sharing,
-            clock=lambda: time.monotonic(),
-            latency=None if realtime_latency is None else partial(realtime_latency, REALTIME, REALTIME_BATCH),
-            latency_by_topic=None if by_topic is None else partial(by_topic, REALTIME, REALTIME_BATCH),
-        )
-        # Within each second the pace cannot act: the loop's thread yields the CPU while it shares.
-        self._priority = ThreadPriority(self._sharing.config.nice)
+        # The fetch rate the worker sets while the backlog shares it with realtime partitions
+        # (strait.worker.batch.budget); unpaced until told.
+        self._pace = PacedFetches(clock=lambda: time.monotonic())
         self._thread = threading.Thread(target=self._run, name=f"strait-copy-{client_id}-{name}", daemon=True)
 
     # -- the Pipeline protocol (any thread) ----------------------------------------------------
@@ -139,23 +126,17 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
             state.mode = "batch"
             self._commands.put(partial(self._add, state, tracker))
 
-    def share(
-        self,
-        realtime: bool,
-        *,
-        settled: bool = False,
-        arriving: frozenset[str] = frozenset(),
-    ) -> None:
-        """The worker's realtime pipeline holds partitions (True) or none: while it does, this
-        pipeline paces its fetches and smaller ones (strait.worker.batch.budget.Sharing).
-        ``settled``: the realtime partitions have every record they know of acknowledged;
-        ``arriving``: the destination topics of those that came from a backlog lately and are
-        finishing it. Any thread."""
-        self._sharing.share(realtime, settled=settled, arriving=arriving)
+    def set_pace(self, bytes_per_s: float | None) -> None:
+        """Fetch at most ``bytes_per_s`` of source record batches from now on (None: unpaced).
+        Any thread."""
+        self._pace.set_rate(bytes_per_s)
+
+    @property
+    def fetched_bytes(self) -> int:
+        """Source record bytes fetched so far."""
+        return self._pace.fetched
 
     def _close_unstarted(self) -> None:
-        # (Told to share before it ever ran: the switch interval as it was.)
-        self._sharing.close()
         if self._links is not None:
             self._links.close()
 
@@ -166,7 +147,6 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
             while self._links is None and not self._stopping.is_set():
                 self._connect()
             self._watch.run_here()
-            self._priority.bind()
             step = self._watch.wrap(self._step)
             while not self._stopping.is_set():
                 step()
@@ -186,7 +166,7 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
                 self._source_props,
                 self._destination_props,
                 client_id=self._client_id,
-                lanes=produce_lanes(self._lanes or 1),
+                lanes=self._lanes or 1,
             )
             self._unreachable = None
         except Exception as exc:
@@ -201,7 +181,6 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         links = self._links
         assert links is not None
         self._run_commands()
-        self._priority.follow(self._sharing.paced)
         now = time.monotonic()
         self._start_fetches(links, now)
         sent = self._send(links, now)
@@ -216,7 +195,6 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
             self._rtts.report_due(lambda: self._leaders.known("destination"))
 
     def _shutdown(self) -> None:
-        self._sharing.close()
         self._run_commands()
         for part in self._parts.values():
             part.stop()
