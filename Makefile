@@ -27,6 +27,7 @@ demo: setup
 
 lint: $(BIN)/strait
 	$(BIN)/ruff check src tests $(wildcard bench) scripts
+	$(BIN)/ruff format --check src tests scripts
 	$(BIN)/mypy
 
 unit: $(BIN)/strait
