@@ -175,7 +175,8 @@ class _WorkerCollector(Collector):
         )
         refused = CounterMetricFamily(
             "strait_checkpoint_violations",
-            "Checkpoint commits refused (backwards, or past an unacknowledged record).",
+            "Checkpoint commits refused (backwards, or past an unacknowledged record) and checkpoints "
+            "found behind the copied data at a start (behind_copied_data, exactly-once).",
             labels=["route", "kind"],
         )
         for route, observer in sorted(self._metrics.observers().items()):
