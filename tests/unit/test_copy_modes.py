@@ -49,6 +49,10 @@ class Pipe:
         self.settle()
         return done
 
+    def abandon(self, state: PartitionState) -> threading.Event | None:
+        self.release(state)
+        return None
+
     def settle(self) -> None:
         for state, done in self.releasing:
             if state.tracker is None or state.tracker.in_flight == 0:

@@ -184,6 +184,60 @@ def test_a_partition_abandoned_and_added_again_never_commits_its_records_twice(
     assert second.durable == 10
 
 
+def test_an_abandoned_partition_aborts_its_open_transaction_before_its_abandon_completes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A release commits the open transaction; an abandon (the worker is cut off) must not: the
+    # same worker may get the partition back and read its checkpoint before that commit lands.
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    producer = ScriptedProducer()
+    consumer = FakeConsumer({0: list(range(5))})
+    pipeline = _pipeline(consumer, producer, transaction_interval_s=3600.0)
+    first = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(first, 0)
+    for _ in range(3):
+        pipeline._step()
+    consumer.logs[0] += list(range(5, 10))
+    pipeline._step()  # 5..9 acknowledged inside a transaction still open
+    assert pipeline._txn_open and first.durable == 5
+    settled = pipeline.abandon(first)
+    assert settled is not None and not settled.is_set()
+    pipeline._step()
+    assert settled.is_set() and "abort-asked" in producer.calls
+    for _ in range(3):
+        pipeline._step()
+    assert producer.committed.get(0) == [0, 1, 2, 3, 4], "an abandoned partition's records committed"
+    second = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(second, 5)  # the checkpoint read after the abandon settled
+    for _ in range(5):
+        pipeline._step()
+    assert producer.committed.get(0) == list(range(10)) and second.durable == 10
+
+
+def test_an_abandon_while_a_commit_is_unanswered_completes_only_once_the_outcome_is_settled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    first, second = AnsweredLate(), ScriptedProducer()
+    ready = threading.Event()
+    monkeypatch.setattr(second, "init_transactions", lambda *_: ready.wait(5) or second.calls.append("init"))
+    consumer = FakeConsumer({0: list(range(5))})
+    pipeline = _pipeline(consumer, first, transaction_interval_s=3600.0)
+    monkeypatch.setattr(pipeline, "_make_producer", lambda _props: second)
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    pipeline._step()  # the commit happens on the destination; its answer is a timeout
+    settled = pipeline.abandon(state)
+    assert settled is not None
+    pipeline._run_commands()
+    pipeline._finish_releases()
+    assert not settled.is_set(), "abandoned before the unanswered commit was settled"
+    ready.set()
+    pipeline._step()
+    assert settled.is_set() and "abort-asked" not in first.calls
+    assert second.destination == {} and second.committed == {}, "resent from memory"
+
+
 class ScriptedProducer(TxnProducer):
     """A transactional fake whose calls raise the errors a test queues for them."""
 

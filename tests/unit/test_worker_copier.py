@@ -57,6 +57,10 @@ class FakePipeline:
             self._settle()
         return done
 
+    def abandon(self, state: PartitionState) -> threading.Event | None:
+        self.release(state)
+        return None
+
     def stop(self, timeout_s: float) -> None:
         self.stopped = True
 
@@ -436,3 +440,50 @@ def test_a_lease_expires_and_is_revoked() -> None:
     lease.confirm()
     lease.revoke()
     assert not lease.valid()
+
+
+class SettlingPipeline(FakePipeline):
+    """An exactly-once pipeline's abandon: done once the open transaction was aborted."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.settling: list[threading.Event] = []
+
+    def abandon(self, state: PartitionState) -> threading.Event | None:
+        self.release(state)
+        self.settling.append(threading.Event())
+        return self.settling[-1]
+
+
+def test_an_abandoned_partition_is_held_until_its_pipeline_settled_it_and_then_starts_again() -> None:
+    # Turns driven by hand (the copier's thread is not started): each _tick is one turn.
+    checkpoints = FakeCheckpoints()
+    copier = Copier(
+        route=ROUTE,
+        source={"bootstrap.servers": "127.0.0.1:1"},
+        destination={"bootstrap.servers": "127.0.0.1:1"},
+        group_id="strait-a-b",
+        worker_id="w1",
+        catchup_lag_threshold=None,
+        pipeline_factory=SettlingPipeline,
+        checkpoints=checkpoints,
+        destinations=FakeDestinations(),
+    )
+    pipeline: SettlingPipeline = copier._realtime  # type: ignore[assignment]
+    task = _task()
+    copier.assign([task])
+    for _ in range(3):
+        copier._tick()
+    assert pipeline.adds == [(task, 0)]
+    copier.abandon()
+    copier._tick()
+    assert len(pipeline.settling) == 1
+    copier.assign([task])  # the same worker gets it back before the abort settled
+    for _ in range(3):
+        copier._tick()
+    assert copier.assigned() == {task} and pipeline.adds == [(task, 0)], "restarted before it was settled"
+    checkpoints.committed[task] = 0  # the checkpoint the settled transaction left
+    pipeline.settling[0].set()
+    for _ in range(3):
+        copier._tick()
+    assert pipeline.adds == [(task, 0), (task, 0)] and len(pipeline.settling) == 1

@@ -371,14 +371,14 @@ class Copier(PartitionStarts):
         """Move a revoke forward; True once the partition can be committed and dropped."""
         if entry.phase == "starting":
             return True
+        if entry.abandoned:
+            return self._advance_abandon(entry)
         if entry.phase == "running":
             if entry.pipeline is None:
                 raise RuntimeError(f"{entry.state.task} runs without a pipeline")
             entry.released = entry.pipeline.release(entry.state)
             entry.phase = "releasing"
         # A partition in the middle of a move is already being released by its old pipeline.
-        if entry.abandoned:
-            return True
         if entry.released is None or entry.revoke_deadline is None:
             raise RuntimeError(f"{entry.state.task} is revoked without a release in progress")
         if entry.released.is_set():
@@ -393,6 +393,20 @@ class Copier(PartitionStarts):
                 tracker.in_flight if tracker else 0,
             )
         return False
+
+    @staticmethod
+    def _advance_abandon(entry: Entry) -> bool:
+        """An abandoned partition is dropped once its pipeline says nothing of it can still
+        become visible past its checkpoint: at once at least once, after the abort of its open
+        transaction exactly once (a successor assigned meanwhile starts only then)."""
+        if not entry.abandon_asked:
+            if entry.pipeline is None:
+                raise RuntimeError(f"{entry.state.task} runs without a pipeline")
+            # Running, moving (its old pipeline) or releasing: the pipeline it is still in.
+            entry.abandon_asked = True
+            entry.settling = entry.pipeline.abandon(entry.state)
+            entry.phase = "releasing"
+        return entry.settling is None or entry.settling.is_set()
 
     def _finish_revokes(self, finished: list[Entry]) -> None:
         self._commit([e for e in finished if not e.abandoned], final=True)

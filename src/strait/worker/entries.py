@@ -89,6 +89,9 @@ class Entry:
     # Abandoned: stopped without a final commit (cut off from coordination, a successor may
     # already own the partition).
     abandoned: bool = False
+    abandon_asked: bool = False
+    # Set by the pipeline once an abandoned partition's copy can no longer commit (None: at once).
+    settling: threading.Event | None = None
     overdue_logged: bool = False
     # Assigned again while its revoke was still in progress: started afresh once it ends.
     successor: PartitionTask | None = None

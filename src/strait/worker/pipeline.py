@@ -211,6 +211,12 @@ class Pipeline(Protocol):
     def release(self, state: PartitionState) -> threading.Event:
         """Stop fetching the partition; the event is set once nothing of it is in flight."""
 
+    def abandon(self, state: PartitionState) -> threading.Event | None:
+        """Stop the partition without another checkpoint: its worker is cut off from coordination.
+
+        An event set once nothing of the partition can still become visible past its last
+        committed checkpoint, or None when nothing needs waiting for."""
+
     def stop(self, timeout_s: float) -> None:
         """Stop the loop; wait up to ``timeout_s`` for records in flight to be acknowledged."""
 
@@ -245,6 +251,12 @@ class PipelineLoop:
             return done
         self._commands.put(partial(self._release, state, done))
         return done
+
+    def abandon(self, state: PartitionState) -> threading.Event | None:
+        """Stop the partition without waiting for it: at least once, records still in flight may
+        land after its checkpoint (duplicates for the next owner), and none is lost."""
+        self.release(state)
+        return None
 
     def stop(self, timeout_s: float) -> None:
         """Stop the loop; wait up to ``timeout_s`` for what is in flight to be acknowledged."""

@@ -23,8 +23,10 @@ Aborts, replaced producers and fencing are :mod:`strait.worker.transaction_recov
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
@@ -219,6 +221,28 @@ class TransactionalPipeline(RecordPipeline, TransactionRecovery):
         if (state.task.topic, state.task.partition) in self._in_txn:
             self._commit_soon = True  # a released partition ends with a committed transaction
         super()._release(state, done)
+
+    def abandon(self, state: PartitionState) -> threading.Event | None:
+        """Stop the partition and abort the open transaction that holds it, instead of the
+        commit a release asks for; the event is set once that transaction can no longer commit.
+
+        Why wait: a cut-off worker that gets the partition back soon restarts it from the
+        checkpoint it reads then. A transaction of the earlier copy still committing after
+        that read puts its records on the destination twice (the same transactional id cannot
+        fence itself). An abort whose commit was already asked for settles with a new producer,
+        as any commit of unknown outcome does."""
+        done = threading.Event()
+        if self._loop_ended():
+            state.fetching = False
+            done.set()
+            return done
+        self._commands.put(partial(self._abandon, state, done))
+        return done
+
+    def _abandon(self, state: PartitionState, done: threading.Event) -> None:
+        if self._in_txn.get((state.task.topic, state.task.partition)) is state and self._fenced is None:
+            self._abort(f"{state.task} abandoned: the worker is cut off from coordination")
+        RecordPipeline._release(self, state, done)
 
     def _released(self, state: PartitionState) -> bool:
         if self._fenced is not None:

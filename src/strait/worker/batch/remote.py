@@ -182,6 +182,11 @@ class BacklogProcess:
         self._send(("release", found))
         return done
 
+    def abandon(self, state: PartitionState) -> threading.Event | None:
+        """As a release nobody waits for: the backlog copies at least once."""
+        self.release(state)
+        return None
+
     def stop(self, timeout_s: float) -> None:
         """Stop the child; it waits up to ``timeout_s`` for what is in flight to be acknowledged,
         and its last report is applied before this returns."""
