@@ -1,11 +1,11 @@
 """The exactly-once pipeline on the record loop's fast path: stretches inside transactions.
 
 Records that continue a partition's stream go out in stretches (one tracker call and one
-delivery-book entry each), stamped with their source offsets; the first record of a
-transaction, gaps and records held back while a transaction ends take the per-record path. The
-oracle: over generated histories (source gaps, acknowledgements, failed records, abortable
-commits, a full producer queue), the fast path commits exactly what the per-record path
-commits, every source record once and in order, each copy naming its own source offset.
+delivery-book entry each); the first record of a transaction, gaps and records held back
+while a transaction ends take the per-record path. The oracle: over generated histories (source
+gaps, acknowledgements, failed records, abortable commits, a full producer queue), the fast path
+commits exactly what the per-record path commits, every source record once and in order, each
+copy with exactly its source record's headers.
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, Message
 
 from strait.worker import transactional
 from strait.worker.pipeline import PartitionState
-from strait.worker.provenance import HEADER
 from strait.worker.task import PartitionTask
 from tests.unit.test_record_pipeline import TOPIC, FakeConsumer
 from tests.unit.test_transactional_pipeline import ScriptedProducer, _pipeline, _timeout
 
 
-class StampedProducer(ScriptedProducer):
+class HeaderProducer(ScriptedProducer):
     """Remembers the headers each copy was produced with, by source offset."""
 
     def __init__(self) -> None:
@@ -47,7 +46,7 @@ class StampedProducer(ScriptedProducer):
 
 
 class HeaderConsumer(FakeConsumer):
-    """Odd offsets come with headers of their own, one of them a stale ``strait.offset``."""
+    """Odd offsets come with headers of their own (one named like Strait's own once were)."""
 
     def consume(self, num: int, timeout: float) -> list[Message]:
         return [_with_headers(m) if (m.offset() or 0) % 2 else m for m in super().consume(num, timeout)]
@@ -61,10 +60,14 @@ def _with_headers(message: Message) -> Message:
         offset=offset,
         key=message.key(),
         value=message.value(),
-        headers=[("trace", b"t%d" % offset), (HEADER, b"999")],
+        headers=_upstream(offset),
         error=None,
         timestamp=(TIMESTAMP_CREATE_TIME, 1_000 + offset),
     )
+
+
+def _upstream(offset: int) -> list[tuple[str, bytes]]:
+    return [("trace", b"t%d" % offset), ("strait.offset", b"999")]
 
 
 def _state(partition: int = 0) -> PartitionState:
@@ -75,7 +78,7 @@ def test_a_transaction_sends_its_first_record_alone_and_the_rest_in_one_stretch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
-    producer = StampedProducer()
+    producer = HeaderProducer()
     consumer = HeaderConsumer({0: list(range(100))})
     pipeline = _pipeline(consumer, producer, transaction_interval_s=3600.0)
     assert pipeline._bulk
@@ -93,13 +96,12 @@ def test_a_transaction_sends_its_first_record_alone_and_the_rest_in_one_stretch(
     assert single == [0], "only the record that begins the transaction takes the per-record path"
     assert producer.committed.get(0) == list(range(100)) and state.durable == 100
     for offset in range(100):
-        upstream = [("trace", b"t%d" % offset)] if offset % 2 else []
-        assert producer.headers[0, offset] == [*upstream, (HEADER, b"%d" % offset)]
+        assert producer.headers[0, offset] == (_upstream(offset) if offset % 2 else [])
 
 
 def test_a_stretch_counts_its_bytes_toward_the_transactions_size_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
-    producer = StampedProducer()
+    producer = HeaderProducer()
     consumer = FakeConsumer({0: list(range(10))})
     pipeline = _pipeline(consumer, producer, transaction_interval_s=3600.0, transaction_max_bytes=10**9)
     state = _state()
@@ -116,11 +118,11 @@ def test_a_stretch_counts_its_bytes_toward_the_transactions_size_limit(monkeypat
     assert not pipeline._txn_open and state.durable == 52
 
 
-def _history(seed: int, bulk: bool) -> tuple[StampedProducer, list[PartitionState], dict[int, list[int]]]:
+def _history(seed: int, bulk: bool) -> tuple[HeaderProducer, list[PartitionState], dict[int, list[int]]]:
     """One generated history of two partitions, the same for both paths: the producer, the
     partitions and the source logs after it."""
     rng = random.Random(seed)
-    producer = StampedProducer()
+    producer = HeaderProducer()
     producer.capacity = rng.choice([3, 7, 1_000_000])
     consumer = HeaderConsumer({0: [0], 1: [0]})
     consumer.batch_limit = rng.choice([5, 40])
@@ -169,7 +171,6 @@ def test_stretches_commit_exactly_what_single_records_commit(seed: int, monkeypa
         assert committed == slow.committed.get(partition, []) == log, "a record lost, or committed twice"
         assert fast_states[partition].durable == slow_states[partition].durable == log[-1] + 1
         for offset in log:
-            upstream = [("trace", b"t%d" % offset)] if offset % 2 else []
-            stamped = [*upstream, (HEADER, b"%d" % offset)]
-            assert fast.headers[partition, offset] == slow.headers[partition, offset] == stamped
+            source = _upstream(offset) if offset % 2 else []
+            assert fast.headers[partition, offset] == slow.headers[partition, offset] == source
     assert fast.calls.count("abort") == slow.calls.count("abort")

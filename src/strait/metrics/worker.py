@@ -175,8 +175,7 @@ class _WorkerCollector(Collector):
         )
         refused = CounterMetricFamily(
             "strait_checkpoint_violations",
-            "Checkpoint commits refused (backwards, or past an unacknowledged record) and checkpoints "
-            "found behind the copied data at a start (behind_copied_data, exactly-once).",
+            "Checkpoint commits refused (backwards, or past an unacknowledged record).",
             labels=["route", "kind"],
         )
         for route, observer in sorted(self._metrics.observers().items()):

@@ -8,8 +8,7 @@ entry per stretch, see :mod:`strait.worker.deliveries`); everything else takes t
 path, which applies the gap rule: a record may leave a gap after the last record sent only
 where the consumer's own stream jumped there; any other gap is a record the loop dropped, and
 rewinds the partition to its checkpoint. The exactly-once pipeline takes the tight loop too,
-through two hooks (whether a stretch may go out now, and what it adds to the transaction),
-with each copy stamped with its source offset in the loop itself.
+through two hooks (whether a stretch may go out now, and what it adds to the transaction).
 """
 
 from __future__ import annotations
@@ -39,8 +38,6 @@ from strait.worker.pipeline import (
     delivery_error_is_permanent,
     describe_error,
 )
-from strait.worker.provenance import HEADER as OFFSET_HEADER
-from strait.worker.provenance import stamp as stamp_offset
 from strait.worker.source_partitions import SourcePartitions
 
 log = logging.getLogger(__name__)
@@ -95,12 +92,8 @@ class RecordSending:
     def _purge(self, key: Key) -> None:
         raise NotImplementedError
 
-    # Copies carry their source offset in the header ``strait.offset`` (exactly-once routes,
-    # strait.worker.provenance); the fast path stamps it too.
-    _stamp_offsets = False
-    # Set by a subclass whose ``_produce`` and ``_headers`` act on each record once its
-    # ``_stretch_ready`` and ``_stretch_sent`` do the same for a whole stretch (and
-    # ``_stamp_offsets`` stands for its headers): the exactly-once pipeline.
+    # Set by a subclass whose ``_produce`` acts on each record once its ``_stretch_ready`` and
+    # ``_stretch_sent`` do the same for a whole stretch: the exactly-once pipeline.
     _stretch_hooks = False
 
     def _bulk_allowed(self) -> bool:
@@ -174,8 +167,8 @@ class RecordSending:
         # on_delivery, callback (its alias), timestamp, headers; a unit test holds confluent-kafka
         # to this order. LogAppendTime of the source becomes the record's CreateTime.
         stamps = list(map(_timestamp, batch))
-        if self._stamp_offsets or not all(map(_kind, stamps)):
-            sent, full = self._produce_each(state, batch, reports, stamps, expected)
+        if not all(map(_kind, stamps)):
+            sent, full = self._produce_each(state, batch, reports, stamps)
         else:
             # The whole stretch in C: map() calls produce() once per record with no Python
             # bytecode in between; how far it got when produce() raised is told by how many
@@ -215,22 +208,15 @@ class RecordSending:
         return sent, full
 
     def _produce_each(
-        self, state: PartitionState, batch: list[Any], reports: list[Report], stamps: list[Any], expected: int
+        self, state: PartitionState, batch: list[Any], reports: list[Report], stamps: list[Any]
     ) -> tuple[int, bool]:
-        """The stretch one produce() call at a time: copies stamped with their source offset
-        (exactly-once), or records without a timestamp. Drops the reports of records not sent."""
+        """The stretch one produce() call at a time (records without a timestamp, which go out
+        with 0 for librdkafka to set). Drops the reports of records not sent."""
         produce = self._producer.produce
         topic, partition = state.task.destination_topic, state.task.partition
-        stamp = self._stamp_offsets
         sent, full = 0, False
         try:
             for message, report, (kind, timestamp) in zip(batch, reports, stamps, strict=True):
-                headers = message.headers()
-                if stamp:
-                    # The copy names its source offset (inline: no Python call per record
-                    # when the source record has no headers).
-                    offset = expected + sent
-                    headers = [(OFFSET_HEADER, b"%d" % offset)] if headers is None else stamp_offset(headers, offset)
                 produce(
                     topic,
                     message.value(),
@@ -239,7 +225,7 @@ class RecordSending:
                     report.__setitem__,
                     None,
                     timestamp if kind != TIMESTAMP_NOT_AVAILABLE else 0,
-                    headers,
+                    message.headers(),
                 )
                 sent += 1
         except BufferError:

@@ -29,9 +29,6 @@ class StartOffsets(NamedTuple):
     start: int
     end: int
     committed: int | None
-    # The checkpoint read was behind records the destination already held (exactly-once
-    # routes, see provenance.py): ``committed`` is the corrected one.
-    corrected: bool = False
 
 
 class CheckpointStore(Protocol):

@@ -88,9 +88,7 @@ class PartitionStarts:
         fresh: list[Entry] = []
         for entry in ready:
             mark(entry.state, OFFSETS_READ)
-            start, end, committed, corrected = starts[entry.state.task]
-            if corrected and self._observer is not None:
-                self._observer.checkpoint_refused("behind_copied_data")
+            start, end, committed = starts[entry.state.task]
             if start < 0 or end < 0:
                 # A broker answering mid-restart may report no offset at all (-1001).
                 self._retry_later([entry], f"source offsets unavailable (start {start}, end {end})")

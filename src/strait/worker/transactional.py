@@ -2,9 +2,10 @@
 
 Same fetch loop as :class:`strait.worker.fetch.RecordPipeline` (the same backlog, gap rule,
 release protocol, fast path of stretches and delivery reports settled in bulk), with a
-transactional producer on the destination and each copy stamped with its source offset. Every
-``transaction_interval_s`` (or sooner, after ``transaction_max_bytes``, or when a partition is
-released) the open transaction is flushed, the source offsets it covers are added to it with
+transactional producer on the destination; copies carry exactly the source record's key,
+value, headers and timestamp. Every ``transaction_interval_s`` (or sooner, after
+``transaction_max_bytes``, or when a partition is released) the open transaction is flushed,
+the source offsets it covers are added to it with
 ``send_offsets_to_transaction`` (group ``strait.<route>`` on the destination), and it commits:
 records and checkpoints become visible to ``read_committed`` readers at once, or not at all.
 The offset map's runs of those records go into the same transaction (``map_route``), written
@@ -34,7 +35,6 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from strait import clients
 from strait.access_errors import explain
 from strait.offsetmap.store import TransactionMap
-from strait.worker import provenance
 from strait.worker.checkpoint import AckTracker
 from strait.worker.deadline import CallHung, DeadlineRunner
 from strait.worker.fetch import Key, RecordPipeline
@@ -62,10 +62,9 @@ class TransactionalPipeline(RecordPipeline, TransactionRecovery):
     """Copies records inside destination transactions that also carry their checkpoints."""
 
     # Records that continue a partition's stream take the record pipeline's fast path (one
-    # tracker call and one delivery-book entry per stretch, strait.worker.sending), stamped with
-    # their source offsets; the first record of a transaction, and any record sent while one
-    # is being aborted or committed, take the per-record path (_produce).
-    _stamp_offsets = True
+    # tracker call and one delivery-book entry per stretch, strait.worker.sending); the first
+    # record of a transaction, and any record sent while one is being aborted or committed,
+    # take the per-record path (_produce).
     _stretch_hooks = True
 
     def __init__(
@@ -288,10 +287,6 @@ class TransactionalPipeline(RecordPipeline, TransactionRecovery):
             map(len, filter(None, map(_message_key, chosen)))
         )
         self._in_txn[(state.task.topic, state.task.partition)] = state
-
-    def _headers(self, message: Message, offset: int) -> Any:
-        # The copy names its source offset: a new owner checks its checkpoint against it.
-        return provenance.stamp(super()._headers(message, offset), offset)
 
     def _begin_rewind(self, state: PartitionState, backoff_s: float) -> None:
         # Records after the rewind point may already sit acknowledged in the open transaction:

@@ -22,7 +22,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from strait import clients
-from strait.worker import provenance
 from strait.worker.checkpoint import start_offset
 from strait.worker.source_checkpoints import ADMIN_TIMEOUT_S, StartOffsets, list_offsets
 from strait.worker.task import PartitionTask
@@ -101,16 +100,6 @@ class DestinationCheckpoints:
                 "enable.auto.commit": False,
             },
         )
-        # Read the destination's last committed copies and the source records they claim to be
-        # (provenance.py); both only ever assigned, never subscribed.
-        reader = {"enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": "read_committed"}
-        self._tail_reader = clients.consumer(
-            destination, **{"group.id": f"{self.destination_group_id}-tail", "client.id": f"{client_id}-tail", **reader}
-        )
-        self._source_reader = clients.consumer(
-            source, **{"group.id": f"{source_group_id}-verify", "client.id": f"{client_id}-verify", **reader}
-        )
-        self.corrections = 0
         # Never subscribes either: commits land in the source group without ever joining it.
         self._mirror = clients.consumer(
             source,
@@ -148,63 +137,12 @@ class DestinationCheckpoints:
                 checkpoints[task] = _checkpoint(tp)
         earliest = list_offsets(self._source_admin, tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         latest = list_offsets(self._source_admin, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
-        behind = self._behind_copied_data(tasks, keys, checkpoints)
         result: dict[PartitionTask, StartOffsets] = {}
         for task in tasks:
             low, high = earliest[(task.topic, task.partition)], latest[(task.topic, task.partition)]
             checkpoint = checkpoints[task]
-            if task in behind:
-                checkpoint = behind[task]
-            start = start_offset(task.start, checkpoint, low, high)
-            result[task] = StartOffsets(start, high, checkpoint, corrected=task in behind)
+            result[task] = StartOffsets(start_offset(task.start, checkpoint, low, high), high, checkpoint)
         return result
-
-    def _behind_copied_data(
-        self,
-        tasks: list[PartitionTask],
-        keys: Mapping[PartitionTask, tuple[str, int]],
-        checkpoints: Mapping[PartitionTask, int | None],
-    ) -> dict[PartitionTask, int]:
-        """Tasks whose checkpoint is at or below a source record the destination already holds
-        committed, with the offset after that record (see :mod:`strait.worker.provenance`)."""
-        tails = provenance.last_copies(self._tail_reader, [keys[t] for t in tasks], self._stable_wait_s)
-        claimed: dict[PartitionTask, int] = {}
-        for task in tasks:
-            message = tails.get(keys[task])
-            copied = None if message is None else provenance.source_offset(message)
-            checkpoint = checkpoints[task]
-            if copied is not None and (checkpoint is None or checkpoint <= copied):
-                claimed[task] = copied
-        if not claimed:
-            return {}
-        originals = provenance.records_at(
-            self._source_reader, {(t.topic, t.partition): o for t, o in claimed.items()}, self._stable_wait_s
-        )
-        corrected: dict[PartitionTask, int] = {}
-        for task, copied in claimed.items():
-            original = originals.get((task.topic, task.partition))
-            copy = tails[keys[task]]
-            if original is None or not provenance.same_record(copy, original):
-                log.warning(
-                    "%s: the destination's last copy claims source offset %d, but the source record there %s; "
-                    "keeping checkpoint %s",
-                    task,
-                    copied,
-                    "is gone" if original is None else "differs",
-                    checkpoints[task],
-                )
-                continue
-            self.corrections += 1
-            log.error(
-                "%s: checkpoint %s is behind the data: the destination already holds source offset %d "
-                "committed; resuming at %d instead (records would have been copied twice)",
-                task,
-                checkpoints[task],
-                copied,
-                copied + 1,
-            )
-            corrected[task] = copied + 1
-        return corrected
 
     def commit(self, offsets: Mapping[PartitionTask, int]) -> set[PartitionTask]:
         """Mirror checkpoints the destination transaction already committed to the source group.
@@ -226,8 +164,6 @@ class DestinationCheckpoints:
     def close(self) -> None:
         """Release the clients (mirrors still in flight get their answer first)."""
         self._destination.close()
-        self._tail_reader.close()
-        self._source_reader.close()
         self._mirror.close()
 
     def _stable_destination_offsets(
