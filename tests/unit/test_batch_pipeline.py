@@ -580,3 +580,16 @@ def test_each_fetch_request_starts_one_partition_further() -> None:
     for state in states:
         key = ("t", state.task.partition)
         assert dst.payloads(key) == payloads(logs[key])
+
+
+def test_a_held_pipeline_sends_no_fetch_and_resumes_where_it_stopped() -> None:
+    logs = {("t", 0): source_log(6)}
+    pipeline, src, dst = setup(logs)
+    pipeline.hold(True)
+    state = start(pipeline, "t", 0)
+    for _ in range(50):
+        pipeline._step()
+    assert src.fetches == 0 and dst.payloads(("t", 0)) == [] and state.checkpoint == 0
+    pipeline.hold(False)
+    run(pipeline, lambda: state.checkpoint == src.end(("t", 0)))
+    assert dst.payloads(("t", 0)) == payloads(logs[("t", 0)])

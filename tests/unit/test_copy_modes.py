@@ -29,6 +29,7 @@ class Pipe:
         self.name = name
         self.adds: list[int] = []
         self.releasing: list[tuple[PartitionState, threading.Event]] = []
+        self.held = False
 
     def start(self) -> None:
         pass
@@ -52,6 +53,9 @@ class Pipe:
     def abandon(self, state: PartitionState) -> threading.Event | None:
         self.release(state)
         return None
+
+    def hold(self, on: bool) -> None:
+        self.held = on
 
     def settle(self) -> None:
         for state, done in self.releasing:

@@ -629,3 +629,18 @@ def test_a_partition_released_while_rewinding_is_fetched_when_added_again() -> N
     rig.settle()
     assert new.checkpoint == 10
     assert_complete(rig.copied(), log)
+
+
+def test_a_held_pipeline_fetches_nothing_new_but_finishes_what_it_fetched() -> None:
+    log = list(range(10))
+    rig = Rig({0: log[:5]}, capacity=1_000_000)
+    state = rig.state()
+    rig.pipeline.add(state, 0)
+    rig.step()
+    rig.pipeline.hold(True)
+    rig.consumer.logs[0] += log[5:]
+    rig.settle()
+    assert rig.copied() == log[:5] and state.checkpoint == 5, "fetched while held"
+    rig.pipeline.hold(False)
+    rig.settle()
+    assert rig.copied() == log and state.checkpoint == 10

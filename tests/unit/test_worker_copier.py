@@ -36,6 +36,7 @@ class FakePipeline:
         self._releases: list[tuple[PartitionState, threading.Event]] = []
         self._lock = threading.Lock()
         self.stopped = False
+        self.held = False
 
     def start(self) -> None:
         pass
@@ -60,6 +61,9 @@ class FakePipeline:
     def abandon(self, state: PartitionState) -> threading.Event | None:
         self.release(state)
         return None
+
+    def hold(self, on: bool) -> None:
+        self.held = on
 
     def stop(self, timeout_s: float) -> None:
         self.stopped = True
@@ -384,16 +388,8 @@ def test_stop_with_drain_hands_every_partition_over(harness: Harness) -> None:
     assert harness.copier.assigned() == set()
 
 
-def lease_copier(lease: Lease) -> tuple[Copier, FakeCheckpoints, threading.Semaphore]:
-    """A started copier asking ``lease``; the semaphore is released at each refused ask."""
-    refusals = threading.Semaphore(0)
-
-    def valid() -> bool:
-        answer = lease.valid()
-        if not answer:
-            refusals.release()
-        return answer
-
+def lease_copier(lease: Lease) -> tuple[Copier, FakeCheckpoints]:
+    """A copier asking ``lease``, not started: each ``_tick`` is one turn, driven by the test."""
     checkpoints = FakeCheckpoints()
     copier = Copier(
         route=ROUTE,
@@ -401,33 +397,54 @@ def lease_copier(lease: Lease) -> tuple[Copier, FakeCheckpoints, threading.Semap
         destination={"bootstrap.servers": "127.0.0.1:1"},
         group_id="strait-a-b",
         worker_id="w1",
-        commit_interval_s=0.02,
+        commit_interval_s=0.0,
         pipeline_factory=FakePipeline,
         checkpoints=checkpoints,
         destinations=FakeDestinations(),
-        lease=valid,
+        lease=lease.valid,
     )
-    copier.start()
-    return copier, checkpoints, refusals
+    return copier, checkpoints
 
 
-def test_partitions_wait_to_start_while_the_workers_lease_is_not_confirmed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_partitions_wait_to_start_while_the_workers_lease_is_not_confirmed() -> None:
     # A worker frozen past its session wakes up with a copier that does not know yet: starting
     # a partition assigned before the freeze would write beside its new owner.
-    monkeypatch.setattr(starts, "START_RETRY_S", 0.05)
     lease = Lease(valid_for_s=60)
-    copier, _checkpoints, refusals = lease_copier(lease)
-    try:
-        copier.assign([_task(0)])
-        # The lease is asked only for a partition due to start; asked twice, the control thread
-        # has finished the turn that was refused.
-        assert refusals.acquire(timeout=5) and refusals.acquire(timeout=5)
-        realtime: FakePipeline = copier._realtime  # type: ignore[assignment]
-        assert realtime.adds == [] and copier.stats()[_task(0)].state == "starting"
-        lease.confirm()
-        _wait_for(lambda: realtime.adds == [(_task(0), 0)])
-    finally:
-        copier.stop(drain=False, timeout_s=1)
+    copier, _checkpoints = lease_copier(lease)
+    realtime: FakePipeline = copier._realtime  # type: ignore[assignment]
+    copier.assign([_task(0)])
+    for _ in range(3):
+        copier._tick()
+    assert realtime.adds == [] and copier.stats()[_task(0)].state == "starting"
+    lease.confirm()
+    copier._tick()
+    assert realtime.adds == [(_task(0), 0)]
+
+
+def test_fetching_is_held_while_the_lease_is_not_confirmed_and_no_checkpoint_moves() -> None:
+    # Copying on while no checkpoint can be committed only makes work for the next owner: a
+    # worker whose session flaps would otherwise copy until it is judged cut off, and all of
+    # it is copied again.
+    lease = Lease(valid_for_s=60)
+    lease.confirm()
+    copier, checkpoints = lease_copier(lease)
+    realtime: FakePipeline = copier._realtime  # type: ignore[assignment]
+    catchup: FakePipeline = copier._catchup  # type: ignore[assignment]
+    task = _task(0)
+    copier.assign([task])
+    copier._tick()
+    assert realtime.adds == [(task, 0)] and not realtime.held and not catchup.held
+    state = realtime.states[task]
+    lease.revoke()
+    realtime.send(state, 0, 1)
+    realtime.ack(state, 0, 1)
+    copier._tick()
+    assert realtime.held and catchup.held
+    assert checkpoints.history(task)[-1:] == [0], "a checkpoint committed without a confirmed lease"
+    lease.confirm()
+    copier._tick()
+    assert not realtime.held and not catchup.held
+    assert checkpoints.history(task)[-1] == 2
 
 
 def test_a_lease_expires_and_is_revoked() -> None:

@@ -173,6 +173,7 @@ class Copier(PartitionStarts):
         self._started = False
         self._stopped = False
         self._next_commit = 0.0
+        self._held = False  # fetching held by _hold_while_unconfirmed
 
     # -- public interface ------------------------------------------------------------------
 
@@ -342,6 +343,7 @@ class Copier(PartitionStarts):
 
     def _tick(self) -> None:
         now = time.monotonic()
+        self._hold_while_unconfirmed()
         with self._lock:
             entries = list(self._entries.values())
         starting: list[Entry] = []
@@ -366,6 +368,22 @@ class Copier(PartitionStarts):
             self._commit([e for e in entries if e.phase != "starting" and e.revoke_deadline is None])
         self._moves.classify(entries, now)
         self._moves.to_record_mode(entries)
+
+    def _hold_while_unconfirmed(self) -> None:
+        """No fetching while the lease is not confirmed: no checkpoint can be committed then
+        (see _commit), so whatever is copied meanwhile would be copied again by the next
+        owner. A worker whose coordination session flaps thus copies at most what its pipelines
+        had fetched past its last commit, not everything until the session is judged lost."""
+        held = not self._lease()
+        if held == self._held:
+            return
+        self._held = held
+        if held:
+            log.warning("copier %s: lease not confirmed; fetching held until it is", self.route)
+        else:
+            log.info("copier %s: lease confirmed again; fetching resumes", self.route)
+        for pipeline in self._moves.pipelines():
+            pipeline.hold(held)
 
     def _advance_revoke(self, entry: Entry, now: float) -> bool:
         """Move a revoke forward; True once the partition can be committed and dropped."""

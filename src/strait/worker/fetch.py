@@ -211,7 +211,7 @@ class RecordPipeline(RecordSending, PipelineLoop):
     def _step(self) -> None:
         """One turn of the loop; tests drive it directly."""
         self._run_commands()
-        if not self._backlog:
+        if not self._backlog and not self._held:
             busy = bool(self._draining) or any(s.rewind_at for s in self._states.values())
             asked = time.monotonic()
             messages = self._fetch(0.02 if busy else 0.1)
@@ -226,7 +226,8 @@ class RecordPipeline(RecordSending, PipelineLoop):
         blocked = self._produce_backlog()
         # A full producer queue: wait a little for acknowledgements, then run commands (a
         # revoke must not wait for the backlog) before producing again.
-        client_call(self._producer.poll, 0.05 if blocked else 0)
+        # (Held with nothing left to send: wait for acknowledgements instead of spinning.)
+        client_call(self._producer.poll, 0.05 if blocked or (self._held and not self._backlog) else 0)
         self._book.settle()
         self._after_poll()
         self._finish_releases()

@@ -217,6 +217,11 @@ class Pipeline(Protocol):
         An event set once nothing of the partition can still become visible past its last
         committed checkpoint, or None when nothing needs waiting for."""
 
+    def hold(self, on: bool) -> None:
+        """Stop (True) or resume (False) fetching new records: the worker's lease is not
+        confirmed, so no checkpoint can be committed, and all copied meanwhile would be copied
+        again by the next owner. What was already fetched is still sent and acknowledged."""
+
     def stop(self, timeout_s: float) -> None:
         """Stop the loop; wait up to ``timeout_s`` for records in flight to be acknowledged."""
 
@@ -235,6 +240,7 @@ class PipelineLoop:
     _stopping: threading.Event
     _commands: queue.SimpleQueue[Callable[[], None]]
     _flush_timeout_s: float
+    _held = False  # read by the loop's thread each turn (see hold)
 
     def start(self) -> None:
         """Start the loop's thread."""
@@ -251,6 +257,10 @@ class PipelineLoop:
             return done
         self._commands.put(partial(self._release, state, done))
         return done
+
+    def hold(self, on: bool) -> None:
+        """Fetch nothing new while ``on`` (see :meth:`Pipeline.hold`)."""
+        self._held = on
 
     def abandon(self, state: PartitionState) -> threading.Event | None:
         """Stop the partition without waiting for it: at least once, records still in flight may

@@ -138,6 +138,8 @@ class Backlog:
                     held.released = self._pipeline.release(held.state)
             elif kind == "pace":
                 self._pipeline.set_pace(command[1])
+            elif kind == "hold":
+                self._pipeline.hold(command[1])
             elif kind == "stop":
                 return float(command[1])
         return None

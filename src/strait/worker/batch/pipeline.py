@@ -182,7 +182,8 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         assert links is not None
         self._run_commands()
         now = time.monotonic()
-        self._start_fetches(links, now)
+        if not self._held:
+            self._start_fetches(links, now)
         sent = self._send(links, now)
         with self._watch.idle():
             links.poll(0 if sent else 0.05)

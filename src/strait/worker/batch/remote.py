@@ -182,6 +182,10 @@ class BacklogProcess:
         self._send(("release", found))
         return done
 
+    def hold(self, on: bool) -> None:
+        """Fetch nothing new while ``on``: the child's pipeline holds (see Pipeline.hold)."""
+        self._send(("hold", on))
+
     def abandon(self, state: PartitionState) -> threading.Event | None:
         """As a release nobody waits for: the backlog copies at least once."""
         self.release(state)
