@@ -30,12 +30,12 @@ from strait.offsetmap.store import MapWriter, read_map
 from strait.sandbox import Sandbox
 from strait.worker.copier import Copier
 from strait.worker.task import PartitionTask
-from tests.integration.test_replication import FleetFactory, make_fleet
+from tests.integration.test_replication import FleetFactory, both_stores, make_fleet, store
 from tests.integration.verify import copied_counts, verify
 
 pytestmark = pytest.mark.integration
 
-__all__ = ["make_fleet"]  # the fixture, shared with test_replication
+__all__ = ["make_fleet", "store"]  # the fixtures, shared with test_replication
 
 
 def _name(prefix: str) -> str:
@@ -368,6 +368,7 @@ def _duplicated(props: dict[str, Any], topic: str, partitions: list[int]) -> set
     return {p for p in partitions if max(Counter(v for _, v in _records(props, topic, p)).values(), default=0) > 1}
 
 
+@both_stores
 def test_failover_after_a_worker_kill_9_lands_exactly_despite_duplicates_in_the_copy(
     sandbox: Sandbox, make_fleet: FleetFactory
 ) -> None:

@@ -1,7 +1,8 @@
 """Replication through real controller and worker processes: topics come and go, nothing is lost.
 
-Each test runs its own fleet on a private ZooKeeper root of the session's sandbox, with
-unique topic names, so tests do not see each other's state.
+Each test runs its own fleet on a private ZooKeeper root of the session's sandbox (or, for the
+tests marked to run on both stores, also on private coordination topics of the destination
+cluster), with unique topic names, so tests do not see each other's state.
 """
 
 from __future__ import annotations
@@ -32,10 +33,23 @@ def uid() -> str:
 
 
 @pytest.fixture
-def make_fleet(sandbox: Sandbox, tmp_path: Path) -> Iterator[FleetFactory]:
+def store() -> str:
+    """Where the fleet coordinates; tests chosen to run on both stores parametrize it."""
+    return "zookeeper"
+
+
+# The tests that run on both coordination stores (the rest on ZooKeeper; the Kafka store's own
+# fleet faults are in test_coordination_fleet.py and its chaos run in test_chaos.py).
+both_stores = pytest.mark.parametrize("store", ["zookeeper", "kafka"])
+
+
+@pytest.fixture
+def make_fleet(sandbox: Sandbox, tmp_path: Path, store: str) -> Iterator[FleetFactory]:
     fleets: list[Fleet] = []
 
     def make(routes: list[dict[str, Any]] | None = None, **options: Any) -> Fleet:
+        if store == "kafka":
+            options.setdefault("coordination_cluster", "dst")
         fleet = Fleet(
             zookeeper=sandbox.zookeeper,
             clusters={"src": sandbox.clusters["src"].props(), "dst": sandbox.clusters["dst"].props()},
@@ -67,6 +81,7 @@ def partition_detail(fleet: Fleet, topic: str) -> object:
         return f"unavailable: {exc}"
 
 
+@both_stores
 def test_adding_a_topic_disturbs_no_other_and_removing_stops_it(
     sandbox: Sandbox, make_fleet: FleetFactory, record_property: Callable[[str, object], None]
 ) -> None:
@@ -186,6 +201,7 @@ def test_pattern_topics_and_new_partitions_are_picked_up(
         generator.stop()
 
 
+@both_stores
 def test_two_routes_at_once(sandbox: Sandbox, make_fleet: FleetFactory) -> None:
     src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
     forward, backward = f"fwd-{uid()}", f"back-{uid()}"
