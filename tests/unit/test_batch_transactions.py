@@ -84,6 +84,7 @@ def test_init_then_one_transaction_in_order() -> None:
     assert m.write(("t", 0), 2, "b") == 3
     assert m.write(("t", 1), 4, "c") == 0
     m.send_offsets("g", {("t", 0): 42})
+    assert m.unacknowledged == 3
     m.commit()
     sent = run_ok(m)
     # Each round of answers: one batch per partition until the partition appended one.
@@ -104,7 +105,7 @@ def test_init_then_one_transaction_in_order() -> None:
         (("t", 1), 0, "c"),
         (("t", 0), 3, "b"),
     ]
-    assert sent[-1].commit and phase(m) is Phase.READY and m.transactions == 1
+    assert sent[-1].commit and phase(m) is Phase.READY and m.transactions == 1 and m.unacknowledged == 0
 
 
 def test_sequences_continue_across_transactions_of_an_epoch() -> None:

@@ -294,6 +294,11 @@ class TransactionModel:
 
     # -- what is due -----------------------------------------------------------------------
 
+    @property
+    def unacknowledged(self) -> int:
+        """Batches of the open transaction not appended yet (sent or not)."""
+        return sum(len(batches) for batches in self._batches.values())
+
     def in_flight(self) -> list[Request]:
         return list(self._in_flight.values())
 

@@ -95,8 +95,9 @@ class TransactionalSession:
         return self.model.producer
 
     def flush(self, *, timeout_s: float) -> None:
-        """Wait until every batch written so far was answered."""
-        self._run_until(lambda: not any(r.kind is Kind.PRODUCE for r in self.model.in_flight()), timeout_s, "flush")
+        """Wait until every batch written so far was appended (raises what stops that:
+        :class:`TransactionAbortable`, :class:`SessionDead`)."""
+        self._run_until(lambda: self.model.unacknowledged == 0 or self.model.failure is not None, timeout_s, "flush")
         self._raise_failure()
 
     def commit(self, *, timeout_s: float) -> None:
