@@ -264,9 +264,17 @@ class ClusterLink:
         )
         return self.send(node_id, request)
 
-    def produce(self, node_id: int, batches: Mapping[Key, bytes | bytearray], *, timeout_ms: int) -> Any:
+    def produce(
+        self,
+        node_id: int,
+        batches: Mapping[Key, bytes | bytearray],
+        *,
+        timeout_ms: int,
+        transactional_id: str | None = None,
+    ) -> Any:
         """One Produce request (acks=all), one batch per partition, the bytes sent as they are,
-        on the lane of its first partition (the caller groups partitions by :meth:`lane_of`)."""
+        on the lane of its first partition (the caller groups partitions by :meth:`lane_of`);
+        ``transactional_id`` for transactional batches."""
         from kafka.protocol.producer import ProduceRequest
 
         topics: dict[str, list[Any]] = {}
@@ -276,7 +284,7 @@ class ClusterLink:
                 ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=data)
             )
         request = ProduceRequest(
-            transactional_id=None,
+            transactional_id=transactional_id,
             acks=-1,
             timeout_ms=timeout_ms,
             topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=ps) for t, ps in topics.items()],
