@@ -350,6 +350,9 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
 
     def _abandon(self, state: PartitionState, done: threading.Event) -> None:
         key = (state.task.topic, state.task.partition)
+        part = self._parts.get(key)
+        if part is not None and part.state is state:
+            part.stop()  # no checkpoint of it in any later transaction
         txn = self._txn.get(key)
         if txn is not None and txn.part.state is state and self._fenced is None:
             self._abort(f"{state.task} abandoned: the worker is cut off from coordination")
@@ -359,9 +362,6 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
             timer = threading.Timer(self._transaction_timeout_ms / 1000, done.set)
             timer.daemon = True
             timer.start()
-            part = self._parts.get(key)
-            if part is not None and part.state is state:
-                part.stop()
             state.fetching = False
             return
         self._release(state, done)
@@ -503,6 +503,8 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         part.fetch_offset = durable
         part.fetch_pending = False
         state.rewinds += 1
+        if part.active and self._parts.get(key) is part:
+            self._txn[key] = _Txn(part)  # its durable offset goes with the next transaction
 
     def _fence(self, reason: str) -> None:
         """The session can write no more: every partition stops (``fenced:``) at its durable

@@ -1,0 +1,559 @@
+"""The exactly-once batch pipeline (strait.worker.batch.transactional) over a simulated source log
+and a simulated transactional destination: batches and checkpoints commit together, an abort
+sends the partitions back to their committed checkpoints, a fence (or a commit of unknown
+outcome) stops them with a ``fenced:`` error, releases wait for the commit, abandons abort.
+
+Generated histories of adds, releases, abandons, source appends, aborts, fences and lost
+commits keep the invariants: a read_committed view of the destination holds every source record
+of the copied range exactly once, in order; the committed checkpoints never pass what a
+read_committed reader sees; nothing is written by a session after it was fenced.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from strait.worker.batch.compat import DestinationTopic
+from strait.worker.batch.link import Key
+from strait.worker.batch.records import RecordBatch, split_batches
+from strait.worker.batch.select import AbortedTransaction
+from strait.worker.batch.transactional import TransactionalBatchPipeline
+from strait.worker.batch.transactions import ProducerFenced, SessionDead, TransactionAbortable
+from strait.worker.pipeline import PartitionState
+from strait.worker.task import PartitionTask
+from tests.unit.test_batch_pipeline import FakeSource
+from tests.unit.test_batch_records import build, control_batch
+
+GZIP = 1
+GROUP = "strait.r"
+TXN_ID = "txn"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Txn:
+    epoch: int
+    session: FakeSession | None = None
+    writes: list[tuple[Key, list[int], bytes]] = field(default_factory=list)
+    offsets: dict[Key, int] = field(default_factory=dict)
+    status: str = "open"  # committed, aborted; "prepared": EndTxn(commit) reached the coordinator
+
+
+class FakeCluster:
+    """The destination's transaction coordinator, partitions and group, as read_committed readers
+    see them. ``faults`` are served to the session's next call that can meet them."""
+
+    def __init__(self) -> None:
+        self.epoch: dict[str, int] = {}
+        self.txns: list[Txn] = []
+        self.group: dict[Key, int] = {}
+        self.faults: list[str] = []
+        self.writes_after_death = 0
+        self.sessions: list[FakeSession] = []
+
+    def take_id(self, transactional_id: str) -> int:
+        """InitProducerId: a new epoch; the earlier epoch's open transaction is aborted, a
+        prepared commit completed."""
+        for txn in self.txns:
+            if txn.status == "open":
+                txn.status = "aborted"
+            elif txn.status == "prepared":
+                self._commit(txn)
+        self.epoch[transactional_id] = self.epoch.get(transactional_id, 0) + 1
+        return self.epoch[transactional_id]
+
+    def _commit(self, txn: Txn) -> None:
+        txn.status = "committed"
+        self.group.update(txn.offsets)
+
+    def checkpoint(self, key: Key) -> int:
+        """The group's offset as a stable read gets it (OffsetFetch with require_stable, as
+        DestinationCheckpoints reads it): it waits for the transactions with pending offsets to
+        end. A prepared commit completes by itself; a dead session's open transaction is aborted
+        at its timeout (the read waits for it). A live session's open transaction never has
+        pending offsets of a partition being started."""
+        for txn in self.txns:
+            if txn.status == "prepared":
+                self._commit(txn)
+            elif txn.status == "open" and txn.session is not None:
+                if txn.session.dead or self.epoch.get(txn.session.id) != txn.epoch:
+                    txn.status = "aborted"
+                else:
+                    assert key not in txn.offsets, f"{key}: started while its offsets are pending"
+        return self.group.get(key, 0)
+
+    def committed_offsets(self, key: Key) -> list[int]:
+        """The source offsets of the records a read_committed reader sees in ``key``, in order."""
+        return [
+            o for txn in self.txns if txn.status == "committed" for k, offs, _ in txn.writes if k == key for o in offs
+        ]
+
+    def committed_payloads(self, key: Key) -> list[bytes]:
+        return [p for txn in self.txns if txn.status == "committed" for k, _, p in txn.writes if k == key]
+
+
+class FakeSession:
+    def __init__(self, cluster: FakeCluster, transactional_id: str) -> None:
+        self.cluster = cluster
+        self.id = transactional_id
+        self.epoch = 0
+        self.dead = False
+        self.txn: Txn | None = None
+        self.failed: TransactionAbortable | None = None
+        cluster.sessions.append(self)
+
+    def _check(self) -> None:
+        if self.dead:
+            raise SessionDead("dead")
+        if self.cluster.epoch.get(self.id) != self.epoch:
+            self.dead = True
+            raise ProducerFenced("fenced by a newer epoch")
+
+    def _fault(self, kinds: set[str]) -> None:
+        faults = self.cluster.faults
+        if faults and faults[0] in kinds:
+            kind = faults.pop(0)
+            if kind == "abortable" and self.txn is not None:
+                self.failed = TransactionAbortable("a batch refused for good")
+            elif kind == "fenced":
+                self.cluster.take_id(self.id)  # another instance took the id
+        self._check()
+        if self.failed is not None:
+            raise self.failed
+
+    def init(self, *, timeout_s: float) -> None:
+        assert timeout_s > 0
+        self.epoch = self.cluster.take_id(self.id)
+
+    def begin(self) -> None:
+        self._check()
+        assert self.txn is None, "begin with a transaction open"
+        self.txn = Txn(self.epoch, self)
+        self.cluster.txns.append(self.txn)
+
+    def write(self, key: Key, batch: RecordBatch) -> int:
+        if self.dead:
+            self.cluster.writes_after_death += 1
+            raise SessionDead("dead")
+        assert self.txn is not None and self.txn.status == "open"
+        assert not batch.is_control and not batch.has_inner_gaps
+        if self.cluster.epoch.get(self.id) == self.epoch:  # a zombie's batches are refused
+            offsets = list(range(batch.base_offset, batch.base_offset + batch.record_count))
+            self.txn.writes.append((key, offsets, bytes(batch.payload())))
+        return 0
+
+    def send_offsets(self, group: str, offsets: Mapping[Key, int]) -> None:
+        self._check()
+        assert self.txn is not None and group == GROUP
+        self.txn.offsets.update(offsets)
+
+    def pump(self, timeout_s: float = 0.0) -> None:
+        self._fault({"abortable", "fenced"})
+
+    def flush(self, *, timeout_s: float) -> None:
+        assert timeout_s > 0
+        self._fault({"abortable", "fenced"})
+
+    def commit(self, *, timeout_s: float) -> None:
+        assert timeout_s > 0
+        self._fault({"abortable", "fenced"})
+        assert self.txn is not None
+        faults = self.cluster.faults
+        if faults and faults[0] in ("commit_lost", "commit_done"):
+            kind = faults.pop(0)
+            if kind == "commit_done":
+                self.txn.status = "prepared"  # reached the coordinator; the answer did not come
+            self.dead = True
+            raise SessionDead("commit not done within the deadline")
+        self.cluster._commit(self.txn)
+        self.txn = None
+
+    def abort(self, *, timeout_s: float) -> None:
+        assert timeout_s > 0
+        self._check()
+        if self.txn is not None:
+            self.txn.status = "aborted"
+        self.txn = None
+        self.failed = None
+
+
+class FakeDestinationLink:
+    def destination_topic(self, topic: str) -> DestinationTopic:
+        return DestinationTopic()
+
+
+class FakeLinks:
+    def __init__(self, source: FakeSource, clock: Clock) -> None:
+        self.source = source
+        self.destination = FakeDestinationLink()
+        self.clock = clock
+
+    def poll(self, timeout_s: float) -> None:
+        self.clock.now += max(timeout_s, 0.01)
+
+    def close(self) -> None:
+        pass
+
+
+# -- the source ----------------------------------------------------------------------------
+
+
+class SourceLog:
+    """A partition written in segments: plain batches, committed and aborted transactions."""
+
+    def __init__(self) -> None:
+        self.raws: list[bytes] = []
+        self.end = 0
+        self.data: list[int] = []  # offsets a read_committed reader sees
+        self.aborted: list[AbortedTransaction] = []
+        self.pid = 500
+
+    def plain(self, batches: int, size: int = 3) -> None:
+        for _ in range(batches):
+            self.raws.append(build(self.end, size, codec=GZIP))
+            self.data += range(self.end, self.end + size)
+            self.end += size
+
+    def transaction(self, batches: int, *, commit: bool, size: int = 2) -> None:
+        self.pid += 1
+        first = self.end
+        for i in range(batches):
+            self.raws.append(build(self.end, size, codec=GZIP, producer=(self.pid, 0, i * size), transactional=True))
+            if commit:
+                self.data += range(self.end, self.end + size)
+            self.end += size
+        if not commit:
+            self.aborted.append(AbortedTransaction(self.pid, first))
+        self.raws.append(control_batch(self.end, self.pid, 1 if commit else 0))
+        self.end += 1
+
+
+def make_source(logs: dict[Key, SourceLog]) -> FakeSource:
+    src = FakeSource({k: v.raws for k, v in logs.items()})
+    src.aborted = {k: v.aborted for k, v in logs.items()}
+    return src
+
+
+def setup(
+    logs: dict[Key, SourceLog], **options: Any
+) -> tuple[TransactionalBatchPipeline, FakeCluster, FakeSource, Clock]:
+    cluster, clock = FakeCluster(), Clock()
+    src = make_source(logs)
+    pipeline = TransactionalBatchPipeline(
+        name="txb",
+        source={},
+        destination={},
+        client_id="c",
+        transactional_id=TXN_ID,
+        checkpoint_group=GROUP,
+        links=FakeLinks(src, clock),  # type: ignore[arg-type]
+        session_factory=lambda link: FakeSession(cluster, TXN_ID),
+        clock=clock,
+        **options,
+    )
+    return pipeline, cluster, src, clock
+
+
+def start(pipeline: TransactionalBatchPipeline, key: Key, offset: int = 0, *, move: bool = False) -> PartitionState:
+    state = PartitionState(PartitionTask("r", key[0], key[1], key[0]))
+    pipeline.add(state, offset, move=move)
+    return state
+
+
+def run(pipeline: TransactionalBatchPipeline, until: Callable[[], bool], steps: int = 300) -> None:
+    for _ in range(steps):
+        pipeline._step()
+        if until():
+            return
+    raise AssertionError("the pipeline did not get there")
+
+
+def check_committed(cluster: FakeCluster, logs: dict[Key, SourceLog]) -> None:
+    """What read_committed readers see: each partition's source records below its committed
+    checkpoint, each once, in order."""
+    for key, log in logs.items():
+        seen = cluster.committed_offsets(key)
+        checkpoint = cluster.group.get(key, 0)
+        assert seen == [o for o in log.data if o < checkpoint], f"{key}: {seen} vs checkpoint {checkpoint}"
+
+
+# -- scenarios -----------------------------------------------------------------------------
+
+
+def test_batches_and_checkpoints_commit_together() -> None:
+    logs = {("t", 0): SourceLog(), ("t", 1): SourceLog()}
+    logs[("t", 0)].plain(5)
+    logs[("t", 0)].transaction(2, commit=False)
+    logs[("t", 0)].transaction(2, commit=True)
+    logs[("t", 0)].plain(2)
+    logs[("t", 1)].plain(3)
+    pipeline, cluster, _, _ = setup(logs)
+    states = [start(pipeline, key) for key in logs]
+    run(pipeline, lambda: all(s.checkpoint == logs[("t", s.task.partition)].end for s in states))
+    check_committed(cluster, logs)
+    for state, (key, log) in zip(states, logs.items(), strict=True):
+        assert cluster.group[key] == log.end == state.durable
+        assert state.records == len(log.data) and state.mode == "batch"
+        # The copies are the source batches' records, byte for byte (control and aborted dropped).
+        source = [bytes(b.payload()) for raw in log.raws for b in split_batches(raw).batches]
+        assert set(cluster.committed_payloads(key)) <= set(source)
+    assert pipeline.transactions >= 1
+
+
+def test_checkpoint_waits_for_the_commit() -> None:
+    logs = {("t", 0): SourceLog()}
+    pipeline, cluster, src, _ = setup(logs, transaction_interval_s=1000.0)
+    state = start(pipeline, ("t", 0))
+    run(pipeline, lambda: cluster.group.get(("t", 0)) == 0)  # the start offset, committed at once
+    logs[("t", 0)].plain(4)
+    src.logs = {("t", 0): logs[("t", 0)].raws}
+    run(pipeline, lambda: state.tracker is not None and state.tracker.next_offset == 12)
+    for _ in range(5):
+        pipeline._step()
+    assert state.checkpoint == 0 and cluster.committed_offsets(("t", 0)) == []
+    done = pipeline.release(state)
+    run(pipeline, done.is_set)
+    assert state.checkpoint == 12 == cluster.group[("t", 0)]
+    check_committed(cluster, logs)
+
+
+def test_an_abortable_error_sends_the_partitions_back_to_their_checkpoints() -> None:
+    logs = {("t", 0): SourceLog(), ("t", 1): SourceLog()}
+    pipeline, cluster, src, _ = setup(logs)
+    states = [start(pipeline, key) for key in logs]
+    run(pipeline, lambda: cluster.group.get(("t", 0)) == 0 and cluster.group.get(("t", 1)) == 0)
+    for log in logs.values():
+        log.plain(6)
+    src.logs = {k: v.raws for k, v in logs.items()}
+    cluster.faults.append("abortable")
+    run(pipeline, lambda: all(s.checkpoint == 18 for s in states))
+    assert pipeline.aborts == 1 and all(s.error is None for s in states)
+    assert any(t.status == "aborted" and t.writes for t in cluster.txns)
+    check_committed(cluster, logs)
+
+
+def test_a_fence_stops_every_partition_and_nothing_is_written_after() -> None:
+    logs = {("t", 0): SourceLog(), ("t", 1): SourceLog()}
+    for log in logs.values():
+        log.plain(3)
+    pipeline, cluster, src, _ = setup(logs)
+    states = [start(pipeline, key) for key in logs]
+    run(pipeline, lambda: all(s.checkpoint == 9 for s in states))
+    for log in logs.values():
+        log.plain(3)
+    src.logs = {k: v.raws for k, v in logs.items()}
+    cluster.faults.append("fenced")
+    run(pipeline, lambda: all(s.error is not None for s in states))
+    assert all(s.error is not None and s.error.startswith("fenced:") for s in states)
+    assert all(s.checkpoint == 9 and not s.fetching for s in states)
+    for _ in range(20):
+        pipeline._step()
+    assert cluster.writes_after_death == 0
+    check_committed(cluster, logs)
+    # A partition moved in from another pipeline is not taken back; a fresh assignment is.
+    moved = start(pipeline, ("t", 0), 9, move=True)
+    pipeline._step()
+    assert moved.error is not None and moved.error.startswith("fenced:")
+    fresh = start(pipeline, ("t", 1), cluster.checkpoint(("t", 1)))
+    run(pipeline, lambda: fresh.checkpoint == 18)
+    check_committed(cluster, logs)
+
+
+@pytest.mark.parametrize("outcome", ["commit_lost", "commit_done"])
+def test_a_commit_of_unknown_outcome_stops_the_partitions(outcome: str) -> None:
+    logs = {("t", 0): SourceLog()}
+    pipeline, cluster, src, _ = setup(logs)
+    state = start(pipeline, ("t", 0))
+    run(pipeline, lambda: cluster.group.get(("t", 0)) == 0)
+    logs[("t", 0)].plain(4)
+    src.logs = {("t", 0): logs[("t", 0)].raws}
+    cluster.faults.append(outcome)
+    run(pipeline, lambda: state.error is not None)
+    assert state.error is not None and state.error.startswith("fenced:")
+    assert state.checkpoint == 0  # the commit is not known to have happened
+    # The worker restarts it from the destination's checkpoint with a new session.
+    again = start(pipeline, ("t", 0), cluster.checkpoint(("t", 0)))
+    run(pipeline, lambda: again.checkpoint == 12)
+    check_committed(cluster, logs)
+    assert cluster.committed_offsets(("t", 0)) == list(range(12))
+
+
+def test_abandon_aborts_the_open_transaction() -> None:
+    logs = {("t", 0): SourceLog()}
+    pipeline, cluster, src, _ = setup(logs, transaction_interval_s=1000.0)
+    state = start(pipeline, ("t", 0))
+    run(pipeline, lambda: cluster.group.get(("t", 0)) == 0)  # the start offset, committed at once
+    logs[("t", 0)].plain(4)
+    src.logs = {("t", 0): logs[("t", 0)].raws}
+    run(pipeline, lambda: state.tracker is not None and state.tracker.next_offset == 12)
+    done = pipeline.abandon(state)
+    assert done is not None
+    run(pipeline, done.is_set)
+    assert cluster.committed_offsets(("t", 0)) == [] and cluster.group[("t", 0)] == 0
+    assert state.checkpoint == 0 and not state.fetching
+    assert cluster.txns[-1].status == "aborted"
+
+
+def test_hold_stops_fetching() -> None:
+    logs = {("t", 0): SourceLog()}
+    logs[("t", 0)].plain(2)
+    pipeline, cluster, src, _ = setup(logs)
+    state = start(pipeline, ("t", 0))
+    run(pipeline, lambda: state.checkpoint == 6)
+    pipeline.hold(True)
+    logs[("t", 0)].plain(2)
+    src.logs = {("t", 0): logs[("t", 0)].raws}
+    fetches = src.fetches
+    for _ in range(20):
+        pipeline._step()
+    assert state.checkpoint == 6 and src.fetches <= fetches + 1
+    pipeline.hold(False)
+    run(pipeline, lambda: state.checkpoint == 12)
+    check_committed(cluster, logs)
+
+
+def test_a_compacted_gap_hands_the_partition_to_record_mode() -> None:
+    raws = [build(0, 3, codec=GZIP), build(5, 3, codec=GZIP)]  # offsets 3-4 compacted away
+    cluster, clock = FakeCluster(), Clock()
+    src = FakeSource({("t", 0): raws}, compacted=True)
+    pipeline = TransactionalBatchPipeline(
+        name="txb",
+        source={},
+        destination={},
+        client_id="c",
+        transactional_id=TXN_ID,
+        checkpoint_group=GROUP,
+        links=FakeLinks(src, clock),  # type: ignore[arg-type]
+        session_factory=lambda link: FakeSession(cluster, TXN_ID),
+        clock=clock,
+    )
+    state = start(pipeline, ("t", 0))
+    run(pipeline, lambda: state.mode == "record")
+    assert state.mode_reason.startswith("compacted_gap") and not state.fetching
+    done = pipeline.release(state)
+    run(pipeline, done.is_set)
+    assert state.checkpoint == cluster.group[("t", 0)]
+    assert cluster.committed_offsets(("t", 0)) == [o for o in range(state.checkpoint or 0)]
+
+
+def test_stop_commits_what_is_open() -> None:
+    logs = {("t", 0): SourceLog()}
+    logs[("t", 0)].plain(3)
+    pipeline, cluster, _, _ = setup(logs, transaction_interval_s=1000.0)
+    pipeline.start()
+    state = start(pipeline, ("t", 0))
+    deadline = threading.Event()
+    for _ in range(200):
+        if state.tracker is not None and state.tracker.next_offset == 9:
+            break
+        deadline.wait(0.01)
+    pipeline.stop(5.0)
+    assert not pipeline.crashed()
+    assert cluster.group[("t", 0)] == 9 and cluster.committed_offsets(("t", 0)) == list(range(9))
+
+
+# -- generated histories -------------------------------------------------------------------
+
+KEYS: list[Key] = [("t", 0), ("t", 1), ("u", 0)]
+OPS = ["step"] * 6 + ["append"] * 2 + ["add", "release", "abandon", "abortable", "fenced", "commit_lost", "commit_done"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_generated_histories_keep_the_invariants(data: st.DataObject) -> None:
+    logs = {key: SourceLog() for key in KEYS}
+    for log in logs.values():
+        log.plain(data.draw(st.integers(0, 3)))
+    pipeline, cluster, src, _ = setup(logs, transaction_interval_s=data.draw(st.sampled_from([0.0, 0.05, 0.3])))
+    assigned: dict[Key, PartitionState] = {}
+    waiting: list[tuple[Key, PartitionState, threading.Event]] = []
+
+    def restart(key: Key) -> None:
+        assigned[key] = start(pipeline, key, cluster.checkpoint(key))
+
+    def check() -> None:
+        check_committed(cluster, logs)
+        assert cluster.writes_after_death == 0
+        for key, state in assigned.items():
+            if state.checkpoint is not None:
+                assert state.checkpoint <= cluster.group.get(key, 0), f"{key}: checkpoint past the committed one"
+
+    for key in KEYS:
+        if data.draw(st.booleans()):
+            restart(key)
+    for _ in range(data.draw(st.integers(5, 60))):
+        op = data.draw(st.sampled_from(OPS))
+        key = data.draw(st.sampled_from(KEYS))
+        if op == "append":
+            if data.draw(st.booleans()):
+                logs[key].plain(data.draw(st.integers(1, 3)))
+            else:
+                logs[key].transaction(data.draw(st.integers(1, 2)), commit=data.draw(st.booleans()))
+            src.logs = {k: v.raws for k, v in logs.items()}
+            src.aborted = {k: v.aborted for k, v in logs.items()}
+        elif op == "add" and key not in assigned and all(k != key for k, _, _ in waiting):
+            restart(key)
+        elif op in ("release", "abandon") and key in assigned:
+            state = assigned.pop(key)
+            done = pipeline.release(state) if op == "release" else pipeline.abandon(state)
+            assert done is not None
+            waiting.append((key, state, done))
+        elif op in ("abortable", "fenced", "commit_lost", "commit_done"):
+            cluster.faults = [op]
+        else:
+            for _ in range(data.draw(st.integers(1, 4))):
+                pipeline._step()
+        for item in list(waiting):
+            k, state, done = item
+            if done.is_set() or state.error is not None:
+                waiting.remove(item)
+                if state.error is None:
+                    # Released after its commit, or abandoned after its abort: nothing of it is
+                    # left to become visible past the checkpoint the next owner reads.
+                    assert state.checkpoint == cluster.checkpoint(k)
+        # The worker restarts a fenced partition from the destination's checkpoint.
+        for k, state in list(assigned.items()):
+            if state.error is not None:
+                assert state.error.startswith("fenced:")
+                restart(k)
+        check()
+
+    # Settle: no faults, everything assigned, run to the source end.
+    cluster.faults = []
+    for _ in range(400):
+        pipeline._step()
+        for item in list(waiting):
+            if item[2].is_set() or item[1].error is not None:
+                waiting.remove(item)
+        if not waiting:
+            break
+    for key in KEYS:
+        if key not in assigned or assigned[key].error is not None:
+            restart(key)
+
+    def caught_up() -> bool:
+        for k, state in list(assigned.items()):
+            if state.error is not None:
+                restart(k)
+        return all(assigned[k].checkpoint == logs[k].end == cluster.group.get(k) for k in KEYS)
+
+    run(pipeline, caught_up, steps=2000)
+    check()
+    event(f"{pipeline.transactions} commits, {pipeline.aborts} aborts, {len(cluster.sessions)} sessions")
+    for key, log in logs.items():
+        assert cluster.committed_offsets(key) == log.data  # every record once, in order
+        assert cluster.group[key] == log.end
