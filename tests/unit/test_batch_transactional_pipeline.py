@@ -557,3 +557,27 @@ def test_generated_histories_keep_the_invariants(data: st.DataObject) -> None:
     for key, log in logs.items():
         assert cluster.committed_offsets(key) == log.data  # every record once, in order
         assert cluster.group[key] == log.end
+
+
+def test_an_offset_gap_between_batches_hands_the_partition_to_record_mode() -> None:
+    raws = [build(0, 3, codec=GZIP), build(5, 3, codec=GZIP)]  # offsets 3-4 gone, not compacted
+    cluster, clock = FakeCluster(), Clock()
+    src = FakeSource({("t", 0): raws})
+    pipeline = TransactionalBatchPipeline(
+        name="txb",
+        source={},
+        destination={},
+        client_id="c",
+        transactional_id=TXN_ID,
+        checkpoint_group=GROUP,
+        links=FakeLinks(src, clock),  # type: ignore[arg-type]
+        session_factory=lambda link: FakeSession(cluster, TXN_ID),
+        clock=clock,
+    )
+    state = start(pipeline, ("t", 0))
+    run(pipeline, lambda: state.mode == "record")
+    assert state.mode_reason.startswith("offset gap: 3..4")
+    done = pipeline.release(state)
+    run(pipeline, done.is_set)
+    assert state.checkpoint == cluster.group[("t", 0)] == 3
+    assert cluster.committed_offsets(("t", 0)) == [0, 1, 2]

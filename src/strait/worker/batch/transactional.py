@@ -235,7 +235,7 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         now = self._clock()
         if not self._held and self._fenced is None:
             self._start_fetches(links, now)
-        links.poll(0 if self._txn else 0.05)
+        links.poll(self._idle_s(now))
         now = self._clock()
         self._take_fetches(now)
         try:
@@ -249,6 +249,15 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         except TransactionError as exc:  # SessionDead, or a call the session refused in its state
             self._fence(str(exc))
         self._finish_releases()
+
+    def _idle_s(self, now: float) -> float:
+        """How long the poll may wait for an answer: until the open transaction is due at most
+        (any answer, fetched or produced, ends the wait sooner)."""
+        if not self._txn:
+            return 0.05
+        if self._commit_soon or self._txn_bytes >= self._max_bytes:
+            return 0.0
+        return max(0.0, min(0.05, self._opened_at + self._interval_s - now))
 
     def _shutdown(self) -> None:
         self._run_commands()
@@ -314,6 +323,9 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
             state.mode, state.mode_reason = "record", f"topic configs unavailable: {exc}"
             state.fetching = False
             return
+        for _, asked, _ in self._fetches.values():
+            if key in asked:
+                asked[key] = -1  # an answer for an earlier copy of the partition: dropped
         part = BatchPartition(state, tracker, destination=destination, compacted=compacted, merge_bytes=0)
         old = self._parts.get(key)
         if old is not None:
@@ -408,6 +420,13 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
                 part.queued_bytes -= batch.size
                 if batch.base_offset < tracker.next_offset:
                     continue
+                if batch.base_offset > tracker.next_offset:
+                    # Offsets missing between batches (a fetch answer dropped, the log cut): no
+                    # batch may pass over them; record mode resumes at the checkpoint.
+                    self._to_record_mode(
+                        part, f"offset gap: {tracker.next_offset}..{batch.base_offset - 1} missing between batches"
+                    )
+                    break
                 if txn is None:
                     txn = self._txn[key] = _Txn(part)
                 if produce:
