@@ -12,11 +12,13 @@ import pytest
 
 from strait.demo import create_topic
 from strait.sandbox import Sandbox
+from strait.worker.batch.records import Codec
 from strait.worker.batch.transactional import TransactionalBatchPipeline
 from strait.worker.pipeline import PartitionState
 from strait.worker.task import PartitionTask
 from strait.worker.transactional_checkpoints import destination_group
 from tests.integration.test_batch_pipeline import committed, payload, produce_mixed, read_all, uid
+from tests.integration.test_batch_transactions import stored_batches
 
 pytestmark = pytest.mark.integration
 
@@ -45,6 +47,7 @@ def pipelines(sandbox: Sandbox) -> Iterator[Callable[[str, str], TransactionalBa
             transactional_id=transactional_id,
             checkpoint_group=destination_group(ROUTE),
             call_timeout_s=20.0,
+            transaction_max_bytes=256 * 1024,  # several transactions in the backlog
         )
         pipeline.start()
         made.append(pipeline)
@@ -87,7 +90,9 @@ def test_backlog_copied_once_and_a_second_instance_fences_the_first(
         assert state.error is None and state.mode == "batch", codec
         assert payload(read_all(dst, task.destination_topic)) == payload(read_all(src, task.topic)), codec
         assert committed(dst, group, task.destination_topic) == RECORDS, codec
-    assert first.transactions >= 1 and first.aborts == 0
+        data = [b for b in stored_batches(dst, task.destination_topic, 0) if not b.is_control]
+        assert {b.codec for b in data} == {Codec[codec.upper()]} and all(b.is_transactional for b in data)
+    assert first.transactions >= 3 and first.aborts == 0
 
     # A second instance takes the transactional id (another partition): the first is fenced at
     # its next transaction and writes nothing after.

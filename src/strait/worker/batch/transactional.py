@@ -416,6 +416,8 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
             tracker = part.tracker
             txn = self._txn.get(key)
             while part.queue:
+                if self._txn_bytes >= self._max_bytes:
+                    return  # the rest waits for the next transaction
                 batch, produce, _ = part.queue.popleft()
                 part.queued_bytes -= batch.size
                 if batch.base_offset < tracker.next_offset:
