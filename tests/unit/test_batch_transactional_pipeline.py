@@ -581,3 +581,17 @@ def test_an_offset_gap_between_batches_hands_the_partition_to_record_mode() -> N
     run(pipeline, done.is_set)
     assert state.checkpoint == cluster.group[("t", 0)] == 3
     assert cluster.committed_offsets(("t", 0)) == [0, 1, 2]
+
+
+def test_transaction_max_bytes_splits_a_backlog_into_transactions() -> None:
+    logs = {("t", 0): SourceLog()}
+    pipeline, cluster, src, _ = setup(logs, transaction_interval_s=1000.0, transaction_max_bytes=1)
+    state = start(pipeline, ("t", 0))
+    run(pipeline, lambda: cluster.group.get(("t", 0)) == 0)
+    logs[("t", 0)].plain(5)
+    src.logs = {("t", 0): logs[("t", 0)].raws}
+    run(pipeline, lambda: state.checkpoint == 15)
+    written = [txn for txn in cluster.txns if txn.writes]
+    assert len(written) == 5 and all(len(txn.writes) == 1 and txn.status == "committed" for txn in written)
+    assert [txn.offsets[("t", 0)] for txn in written] == [3, 6, 9, 12, 15]
+    check_committed(cluster, logs)
