@@ -466,8 +466,10 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         if not self._txn:
             return
         timeout = self._call_timeout_s if timeout_s is None else timeout_s
-        session = self._begin_txn(self._clock())
+        asked = self._clock()
+        session = self._begin_txn(asked)
         session.flush(timeout_s=timeout)
+        flushed = self._clock()
         offsets = {t.part.state.task: t.part.tracker.next_offset for t in self._txn.values()}
         keyed = {(tp.topic, tp.partition): tp.offset for tp in transaction_offsets(offsets)}
         session.send_offsets(self._group, keyed)
@@ -476,6 +478,15 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         except SessionDead as exc:
             raise SessionDead(f"commit of unknown outcome: {exc}", exc.code) from exc
         # Committed: the batches are visible to read_committed readers with their offsets.
+        log.debug(
+            "pipeline %s: committed %d bytes of %d partitions (open %.3fs, flush %.3fs, commit %.3fs)",
+            self.name,
+            self._txn_bytes,
+            len(self._txn),
+            asked - self._opened_at,
+            flushed - asked,
+            self._clock() - flushed,
+        )
         self._open = False
         self._txn_bytes = 0
         self.transactions += 1
