@@ -145,3 +145,51 @@ def test_a_new_leader_that_does_not_know_the_last_writer_fences_every_worker_gon
         plan, {key: None, alo: None}, {key: None, alo: None}, {"w2"}, fencer, unknown_last_writers=["w1", "w9"]
     )
     assert result == plan and parked == 0
+
+
+class HeldFence(FakeFence):
+    """A fence that returns only when the test lets it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+
+    def __call__(self, props: Mapping[str, Any], ids: Iterable[str], timeout_s: float) -> None:
+        super().__call__(props, ids, timeout_s)
+        self.go.wait(5)
+
+
+def test_a_fence_that_finishes_after_its_worker_came_back_does_not_count_for_its_next_death() -> None:
+    # The worker re-registered while its fence ran and took its transactional ids back with a new
+    # epoch: counted, that fence let its partitions move unfenced when it died again (an
+    # exactly-once chaos run: the frozen worker's open transaction committed beside the new
+    # owner's copy).
+    fake = HeldFence()
+    fencer = Fencer({EOS: {}}, lambda: None, fence_fn=fake)
+    fencer.forget({"w2"})  # w1 dead
+    assert not fencer.fenced("w1", EOS)  # its fence begins
+    assert fake.done.wait(5)
+    fencer.forget({"w1", "w2"})  # w1 is back before the fence finished
+    fake.go.set()
+    fencer.forget({"w2"})  # and dead again
+    assert _settle(fencer, "w1", EOS)
+    assert len(fake.calls) == 2, "the fence begun before w1 came back counted for its next death"
+
+
+def test_a_live_worker_given_partitions_after_its_fence_is_fenced_again_when_it_dies() -> None:
+    # Fenced while live (healing gave up on it), then given partitions again: its pipelines take
+    # their transactional ids back, so the fence kept against fence storms must not count.
+    fake = FakeFence()
+    fencer = Fencer({EOS: {}}, lambda: None, fence_fn=fake)
+    key = PartitionKey(EOS, "t", 0)
+    fencer.forget({"w1", "w2"})
+    park_until_fenced({key: "w2"}, {key: "w1"}, {}, {"w1", "w2"}, fencer)
+    assert _settle(fencer, "w1", EOS) and len(fake.calls) == 1
+    fencer.forget({"w1", "w2"})
+    assert fencer.fenced("w1", EOS), "a live worker's fence is kept (no fence storm)"
+    fencer.handed("w1", EOS)
+    fencer.handed("w1", ALO)  # a route without fencing: nothing to do
+    fencer.forget({"w2"})  # w1 dies
+    result, parked = park_until_fenced({key: "w2"}, {key: "w1"}, {key: "w1"}, {"w2"}, fencer)
+    assert parked == 1 and result == {key: "w1"}, "moved on the fence from before w1 was given partitions"
+    assert _settle(fencer, "w1", EOS) and len(fake.calls) == 2

@@ -50,8 +50,10 @@ class Fencer:
         self._wake = wake
         self._fence = fence_fn
         self._lock = threading.Lock()
-        self._done: dict[tuple[str, str], float] = {}  # pair -> when its fence finished
+        self._done: dict[tuple[str, str], float] = {}  # pair -> when its fence began
         self._live_before: set[str] = set()
+        self._returned: dict[str, float] = {}  # worker -> when it was last seen coming back to life
+        self._handed: dict[tuple[str, str], float] = {}  # pair -> when the worker was last given a partition
         self._running: dict[tuple[str, str], Future[None]] = {}
         self._retry: dict[tuple[str, str], tuple[float, float]] = {}  # (next attempt, backoff)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="strait-fencer")
@@ -66,8 +68,15 @@ class Fencer:
         """True once ``worker`` can write nothing more on ``route``; starts fencing it if needed."""
         pair = (worker, route)
         with self._lock:
-            if pair in self._done:
-                return True
+            began = self._done.get(pair)
+            if began is not None:
+                since = max(self._returned.get(worker, float("-inf")), self._handed.get(pair, float("-inf")))
+                if began >= since:
+                    return True
+                # Begun before the worker came back or was given a partition again: its producers
+                # may have taken their ids back since (a new epoch), so this fence says nothing
+                # about its later death.
+                del self._done[pair]
             if pair in self._running:
                 return False
             next_attempt, _ = self._retry.get(pair, (0.0, RETRY_MIN_S))
@@ -75,6 +84,14 @@ class Fencer:
                 return False
             self._running[pair] = self._pool.submit(self._run, pair)
         return False
+
+    def handed(self, worker: str, route: str) -> None:
+        """``worker`` was just given a partition of ``route``: it may take its transactional ids
+        back (a new epoch), so a fence begun before now no longer holds it."""
+        if route not in self._destinations:
+            return
+        with self._lock:
+            self._handed[(worker, route)] = time.monotonic()
 
     def forget(self, live_workers: Iterable[str]) -> None:
         """A worker that came back to life may own partitions again: a later death needs a new
@@ -85,6 +102,9 @@ class Fencer:
         now = time.monotonic()
         with self._lock:
             came_back = live - self._live_before
+            for worker in came_back:
+                # A fence still running, or finished after this, began too early to count.
+                self._returned[worker] = now
             self._done = {
                 pair: at
                 for pair, at in self._done.items()
@@ -98,6 +118,7 @@ class Fencer:
     def _run(self, pair: tuple[str, str]) -> None:
         worker, route = pair
         ids = worker_transactional_ids([route], worker)
+        began = time.monotonic()
         try:
             self._fence(self._destinations[route], ids, FENCE_TIMEOUT_S)
         except Exception as exc:  # any failure (FenceError or else) means: not fenced, try again
@@ -115,7 +136,7 @@ class Fencer:
             )
             return
         with self._lock:
-            self._done[pair] = time.monotonic()
+            self._done[pair] = began
             self._retry.pop(pair, None)
             self._running.pop(pair, None)
         log.info("route %s: worker %s fenced; its partitions can move", route, worker)

@@ -274,6 +274,10 @@ class Controller:
         self._targets = dict(desired)
         if dict(plan) != dict(written):
             if self.store.write_assignment(plan, snapshot.assignment.version):
+                if self.fencer is not None:
+                    for key, owner in plan.items():
+                        if owner is not None and written.get(key) != owner:
+                            self.fencer.handed(owner, key.route)
                 moved = sum(1 for k, w in plan.items() if written.get(k) != w)
                 started = [k for k, w in plan.items() if w is not None and written.get(k) is None]
                 log.info(
