@@ -17,6 +17,13 @@ import pytest
 from strait.sandbox import Sandbox, SandboxSpec
 
 
+@pytest.fixture
+def store() -> str:
+    """Where a test fleet coordinates (tests/integration/test_replication.py's make_fleet, shared
+    by other modules); the tests chosen to run on both stores parametrize it."""
+    return "zookeeper"
+
+
 @pytest.fixture(scope="session")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     """The session's sandbox: ZooKeeper plus clusters ``src`` and ``dst`` (1 broker, 2 log dirs each)."""

@@ -30,12 +30,12 @@ from strait.offsetmap.store import MapWriter, read_map
 from strait.sandbox import Sandbox
 from strait.worker.copier import Copier
 from strait.worker.task import PartitionTask
-from tests.integration.test_replication import FleetFactory, both_stores, make_fleet, store
+from tests.integration.test_replication import FleetFactory, both_stores, make_fleet
 from tests.integration.verify import copied_counts, verify
 
 pytestmark = pytest.mark.integration
 
-__all__ = ["make_fleet", "store"]  # the fixtures, shared with test_replication
+__all__ = ["make_fleet"]  # the fixture, shared with test_replication
 
 
 def _name(prefix: str) -> str:

@@ -32,12 +32,6 @@ def uid() -> str:
     return uuid.uuid4().hex[:6]
 
 
-@pytest.fixture
-def store() -> str:
-    """Where the fleet coordinates; tests chosen to run on both stores parametrize it."""
-    return "zookeeper"
-
-
 # The tests that run on both coordination stores (the rest on ZooKeeper; the Kafka store's own
 # fleet faults are in test_coordination_fleet.py and its chaos run in test_chaos.py).
 both_stores = pytest.mark.parametrize("store", ["zookeeper", "kafka"])
