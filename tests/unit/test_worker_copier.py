@@ -388,7 +388,7 @@ def test_stop_with_drain_hands_every_partition_over(harness: Harness) -> None:
     assert harness.copier.assigned() == set()
 
 
-def lease_copier(lease: Lease) -> tuple[Copier, FakeCheckpoints]:
+def lease_copier(lease: Lease, pipeline_factory: Any = FakePipeline, **options: Any) -> tuple[Copier, FakeCheckpoints]:
     """A copier asking ``lease``, not started: each ``_tick`` is one turn, driven by the test."""
     checkpoints = FakeCheckpoints()
     copier = Copier(
@@ -398,10 +398,11 @@ def lease_copier(lease: Lease) -> tuple[Copier, FakeCheckpoints]:
         group_id="strait-a-b",
         worker_id="w1",
         commit_interval_s=0.0,
-        pipeline_factory=FakePipeline,
+        pipeline_factory=pipeline_factory,
         checkpoints=checkpoints,
         destinations=FakeDestinations(),
         lease=lease.valid,
+        **options,
     )
     return copier, checkpoints
 
@@ -473,19 +474,9 @@ class SettlingPipeline(FakePipeline):
 
 
 def test_an_abandoned_partition_is_held_until_its_pipeline_settled_it_and_then_starts_again() -> None:
-    # Turns driven by hand (the copier's thread is not started): each _tick is one turn.
-    checkpoints = FakeCheckpoints()
-    copier = Copier(
-        route=ROUTE,
-        source={"bootstrap.servers": "127.0.0.1:1"},
-        destination={"bootstrap.servers": "127.0.0.1:1"},
-        group_id="strait-a-b",
-        worker_id="w1",
-        catchup_lag_threshold=None,
-        pipeline_factory=SettlingPipeline,
-        checkpoints=checkpoints,
-        destinations=FakeDestinations(),
-    )
+    lease = Lease(valid_for_s=60)
+    lease.confirm()
+    copier, checkpoints = lease_copier(lease, SettlingPipeline, catchup_lag_threshold=None)
     pipeline: SettlingPipeline = copier._realtime  # type: ignore[assignment]
     task = _task()
     copier.assign([task])
