@@ -495,3 +495,27 @@ def test_an_abandoned_partition_is_held_until_its_pipeline_settled_it_and_then_s
     for _ in range(3):
         copier._tick()
     assert pipeline.adds == [(task, 0), (task, 0)] and len(pipeline.settling) == 1
+
+
+def test_an_abandon_forgets_a_partition_assigned_again_while_it_was_being_revoked() -> None:
+    # A worker cut off from coordination forgets its assignment; a partition that was handed
+    # back to it before the cut-off must not start again once its old copy settles, or it
+    # copies beside the owner the controller gives it to next, unknown to the worker's agent.
+    lease = Lease(valid_for_s=60)
+    lease.confirm()
+    copier, _checkpoints = lease_copier(lease, catchup_lag_threshold=None)
+    pipeline: FakePipeline = copier._realtime  # type: ignore[assignment]
+    task = _task()
+    copier.assign([task])
+    for _ in range(3):
+        copier._tick()
+    state = pipeline.states[task]
+    pipeline.send(state, 0)  # in flight: the revoke waits for its answer
+    copier.revoke([task], timeout_s=0)
+    copier._tick()
+    copier.assign([task])  # given back while still being revoked: starts once that ends
+    copier.abandon()
+    pipeline.ack(state, 0)
+    for _ in range(3):
+        copier._tick()
+    assert copier.assigned() == set() and pipeline.adds == [(task, 0)], "restarted after the abandon"

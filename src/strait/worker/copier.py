@@ -273,6 +273,10 @@ class Copier(PartitionStarts):
             for entry in self._entries.values():
                 entry.abandoned = True
                 entry.revoke_deadline = now
+                # The agent forgets its whole assignment with this call: a partition given
+                # back while it was being revoked must not start again once that ends, beside
+                # the owner it is given to next and unknown to the agent that would revoke it.
+                entry.successor = None
         self._wake.set()
 
     def fenced(self) -> set[PartitionTask]:
