@@ -85,3 +85,37 @@ def test_a_worker_whose_pipeline_crashed_stops_instead_of_taking_more_partitions
     agent = _agent(CrashedCopier())
     with pytest.raises(RuntimeError, match="route main: pipeline realtime crashed"):
         agent._step()
+
+
+class RevokingCopier(Copier):
+    """Still handing over a partition the agent no longer counts as its own."""
+
+    def assigned(self) -> set[PartitionTask]:
+        return {PartitionTask("main", "t", 1, "t")}
+
+
+class RecordingStore:
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    def update_worker(self, record: Any) -> None:
+        self.records.append(record)
+
+    def register_worker(self, record: Any) -> None:
+        self.records.append(record)
+
+
+def test_every_record_the_worker_writes_names_the_partitions_it_still_hands_over() -> None:
+    # The controller gives a partition to its next owner once no worker reports holding it; a
+    # state change that reported only the assigned partitions let one still being handed over
+    # (records in flight, a transaction open) start elsewhere at once.
+    from strait.coordination.model import WorkerState
+
+    agent = _agent(RevokingCopier())
+    store = RecordingStore()
+    agent.store = store  # type: ignore[assignment]
+    agent._set_state(WorkerState.DRAINING)
+    agent._register()
+    revoking = PartitionKey("main", "t", 1)
+    assert [revoking in record.holding for record in store.records] == [True, True]
+    assert all(PartitionKey("main", "t", 0) in record.holding for record in store.records)

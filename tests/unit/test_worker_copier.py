@@ -519,3 +519,26 @@ def test_an_abandon_forgets_a_partition_assigned_again_while_it_was_being_revoke
     for _ in range(3):
         copier._tick()
     assert copier.assigned() == set() and pipeline.adds == [(task, 0)], "restarted after the abandon"
+
+
+def test_a_revoke_of_a_partition_waiting_to_start_again_cancels_that_start() -> None:
+    # Given back while its old copy was still being handed over, then taken away again before
+    # that ended: the agent no longer counts it as its own, so it must not start afterwards.
+    lease = Lease(valid_for_s=60)
+    lease.confirm()
+    copier, _checkpoints = lease_copier(lease, catchup_lag_threshold=None)
+    pipeline: FakePipeline = copier._realtime  # type: ignore[assignment]
+    task = _task()
+    copier.assign([task])
+    for _ in range(3):
+        copier._tick()
+    state = pipeline.states[task]
+    pipeline.send(state, 0)
+    copier.revoke([task], timeout_s=0)
+    copier._tick()
+    copier.assign([task])
+    copier.revoke([task], timeout_s=0)
+    pipeline.ack(state, 0)
+    for _ in range(3):
+        copier._tick()
+    assert copier.assigned() == set() and pipeline.adds == [(task, 0)], "started after its revoke"

@@ -584,12 +584,17 @@ class WorkerAgent:
 
     # --- registration and reports ------------------------------------------------------
     def _record(self, holding: set[PartitionKey] | None = None) -> WorkerRecord:
+        # Every record names what this worker may still write to, partitions still being
+        # handed over included: the controller gives a partition to its next owner once no
+        # worker reports holding it.
+        if holding is None:
+            holding = self._held()
         return WorkerRecord(
             id=self.id,
             state=self._state,
             host=socket.gethostname(),
             pid=os.getpid(),
-            holding=frozenset(self._tasks if holding is None else holding),
+            holding=frozenset(holding),
             pool=self.config.worker.pool,
         )
 
@@ -603,12 +608,16 @@ class WorkerAgent:
             deadline_s=deadline,
             retry_on=lambda exc: isinstance(exc, WorkerIdTaken | StoreUnavailable),
         )
-        policy.call(lambda: self.store.register_worker(self._record()))
+        record = self._record()
+        policy.call(lambda: self.store.register_worker(record))
+        self._published = set(record.holding)
         log.info("worker %s registered (%s)", self.id, self._state.value)
 
     def _set_state(self, state: WorkerState) -> None:
         self._state = state
-        self.store.update_worker(self._record())
+        record = self._record()
+        self.store.update_worker(record)
+        self._published = set(record.holding)
         log.info("worker %s is %s", self.id, state.value)
 
     def _leave(self) -> None:

@@ -242,7 +242,12 @@ class Copier(PartitionStarts):
         overdue = now + max(timeout_s, REVOKE_OVERDUE_S)
         waiting: list[threading.Event] = []
         with self._lock:
+            waiting_to_start = {e.successor: e for e in self._entries.values() if e.successor is not None}
             for task in tasks:
+                if task in waiting_to_start:
+                    # Given back while still being handed over, now taken away again: the
+                    # agent no longer counts it as its own, so it must not start afterwards.
+                    waiting_to_start[task].successor = None
                 entry = self._entries.get(task)
                 if entry is None:
                     continue
