@@ -17,6 +17,7 @@ from strait.worker.batch.identities import Identities
 from strait.worker.batch.leaders import LeaderCache
 from strait.worker.batch.link import Key, Links
 from strait.worker.batch.partition import BatchPartition
+from strait.worker.batch.provenance import Provenance
 from strait.worker.batch.rtts import RoundTrips
 from strait.worker.pipeline import PipelineSettings
 
@@ -39,6 +40,7 @@ class LoopCore:
     _leaders: LeaderCache
     _fetches: dict[int, tuple[Any, dict[Key, int], float]]
     _identities: Identities
+    _provenance: Provenance | None = None  # two-way routes (set by BatchPipeline)
     _rtts: RoundTrips | None
     _pace: PacedFetches
     _stopping: threading.Event

@@ -4,6 +4,7 @@ with room in their queues, and the answers split into batches and decided
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from strait.worker.batch.core import RETRY_BACKOFF_S, LoopCore, log, refusal
@@ -133,7 +134,23 @@ class Fetching(LoopCore):
             self._pace.spend(len(fetched.records))
             if fetched.high_watermark > (state.source_end or 0):
                 state.source_end = fetched.high_watermark
-            decision = part.take_fetch(fetched, now)
+            provenance = self._provenance
+            judge = None if provenance is None else partial(provenance.judge, fetched_at=now)
+            try:
+                decision = part.take_fetch(fetched, now, judge)
+            except Exception as exc:
+                if judge is None:
+                    raise
+                # The source's producer registry could not be read: nothing of this answer was
+                # taken, the partition fetches it again after the backoff.
+                reason = f"producer registry on the source unreadable: {type(exc).__name__}: {exc}"
+                if state.waiting != reason:
+                    log.warning("partition %s: %s; trying again", state.task, reason)
+                state.waiting = reason
+                part.wait_until = now + ACCESS_RETRY_S / 10
+                return
+            if state.waiting is not None and state.waiting.startswith("producer registry"):
+                state.waiting = None
             if state.trace is not None and part.queue:
                 mark(state, FETCHED)
             if decision is not None:
