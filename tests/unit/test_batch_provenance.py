@@ -28,7 +28,7 @@ from strait.worker.batch.provenance import (
     record_origins,
 )
 from strait.worker.batch.records import RecordBatch, split_batches
-from strait.worker.batch.registry import decode_key, encode
+from strait.worker.batch.registry import decode_key, decode_source, encode
 from strait.worker.origin import HEADER
 from tests.unit.test_batch_pipeline import run, setup, start
 from tests.unit.test_batch_records import build
@@ -244,11 +244,12 @@ def test_a_failed_registry_read_counts_as_no_read() -> None:
 # -- the registry's records ---------------------------------------------------------------------
 
 
-def test_registry_records_are_keyed_by_the_producer_id() -> None:
-    key, value = encode(123456789012, "strait-ab-w1-batch", 5)
-    assert decode_key(key) == 123456789012
+def test_registry_records_are_keyed_by_the_producer_id_and_name_the_cluster_copied_from() -> None:
+    key, value = encode(123456789012, "src", "strait-ab-w1-batch", 5)
+    assert decode_key(key) == 123456789012 and decode_source(value) == "src"
     assert b"strait-ab-w1-batch" in value
     assert decode_key(None) is None and decode_key(b"") is None and decode_key(b"junk") is None
+    assert decode_source(None) is None and decode_source(b"[]") is None and decode_source(b'{"source": 3}') is None
 
 
 # -- producer ids published before use -----------------------------------------------------------

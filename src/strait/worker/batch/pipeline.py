@@ -111,8 +111,8 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         self._registry: tuple[RegistryWriter, RegistryReader] | None = None
         self._provenance: Provenance | None = None
         if origin is not None:
-            writer = RegistryWriter(destination, by=self._client_id, client_id=self._client_id)
-            reader = RegistryReader(source, client_id=self._client_id)
+            writer = RegistryWriter(destination, source=origin.source, by=self._client_id, client_id=self._client_id)
+            reader = RegistryReader(source, source=origin.destination, client_id=self._client_id)
             self._registry = (writer, reader)
             self._provenance = Provenance(origin.destination, read_registry=reader.read)
         self._identities = Identities(

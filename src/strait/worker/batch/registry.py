@@ -1,10 +1,10 @@
 """The producer registry: which producer ids on a cluster are Strait's two-way batch copies.
 
 One compacted topic per cluster, ``__strait_producers``, one partition, one record per producer
-id (the key: the id in decimal; the value: which pipeline, and when). A two-way route's batch pipeline
-publishes each producer id it gets from its destination here, on the destination, and waits
-for every in-sync replica to acknowledge it before the id writes its first batch; the opposite
-route reads it on its source (:mod:`strait.worker.batch.provenance`). Records are never
+id (the key: the id in decimal; the value: the cluster it copies from, which pipeline, and
+when). A two-way route's batch pipeline publishes each producer id it gets from its
+destination here, on the destination, and waits for every in-sync replica to acknowledge it
+before the id writes its first batch; the opposite route reads it on its source (:mod:`strait.worker.batch.provenance`). Records are never
 deleted: keys never repeat and no tombstone is written, so compaction keeps them all and an id
 stays known as long as the batches it wrote can be fetched. Each record is about 100 bytes; a
 partition start or rewind on a two-way route adds one.
@@ -29,13 +29,16 @@ TOPIC = "__strait_producers"
 # Compacted, and nothing ever removes a record: no key repeats, no tombstone is written.
 TOPIC_SETTINGS: Mapping[str, str] = {"cleanup.policy": "compact", "retention.ms": "-1", "retention.bytes": "-1"}
 ADMIN_TIMEOUT_S = 15.0
+ENSURE_RETRY_S = 30.0
+PUBLISH_TIMEOUT_MS = 30_000
 READ_TIMEOUT_S = 30.0
 
 
-def encode(producer_id: int, by: str, at_ms: int) -> tuple[bytes, bytes]:
-    """The registry record (key, value) of ``producer_id``, published by the client ``by``
-    (``strait-<route>-<worker>-<pipeline>``)."""
-    return str(producer_id).encode(), json.dumps({"by": by, "at_ms": at_ms}, separators=(",", ":")).encode()
+def encode(producer_id: int, source: str, by: str, at_ms: int) -> tuple[bytes, bytes]:
+    """The registry record (key, value) of ``producer_id``, whose batches are copies from the
+    cluster ``source``, published by the client ``by`` (``strait-<route>-<worker>-<pipeline>``)."""
+    value = {"source": source, "by": by, "at_ms": at_ms}
+    return str(producer_id).encode(), json.dumps(value, separators=(",", ":")).encode()
 
 
 def decode_key(key: bytes | None) -> int | None:
@@ -44,6 +47,15 @@ def decode_key(key: bytes | None) -> int | None:
         return int(key) if key else None
     except ValueError:
         return None
+
+
+def decode_source(value: bytes | None) -> str | None:
+    """The cluster whose records a registered producer id copies, None when unreadable."""
+    try:
+        source = json.loads(value or b"").get("source")
+    except (ValueError, AttributeError):
+        return None
+    return source if isinstance(source, str) else None
 
 
 def ensure_topic(props: Mapping[str, Any]) -> None:
@@ -77,23 +89,37 @@ class RegistryWriter:
     """Publishes a pipeline's producer ids to its destination's registry (acks=all, polled by
     the pipeline's loop: never blocks it except to create the topic once)."""
 
-    def __init__(self, props: Mapping[str, Any], *, by: str, client_id: str) -> None:
+    def __init__(self, props: Mapping[str, Any], *, source: str, by: str, client_id: str) -> None:
         self._props = props
+        self._source = source
         self._by = by
         self._ready = False
+        self._next_ensure = 0.0
         self._producer = clients.producer(
             dict(props),
-            **{"client.id": f"{client_id}-producers", "acks": "all", "linger.ms": 0, "enable.idempotence": True},
+            **{
+                "client.id": f"{client_id}-producers",
+                "acks": "all",
+                "linger.ms": 0,
+                "enable.idempotence": True,
+                # A registry that cannot be written holds its partitions: said within this.
+                "message.timeout.ms": PUBLISH_TIMEOUT_MS,
+            },
         )
 
     def publish(self, producer_id: int) -> Published:
         """Publish ``producer_id``; the answer comes through :meth:`poll`."""
         handle = Published()
-        try:
-            if not self._ready:
+        if not self._ready and time.monotonic() >= self._next_ensure:
+            try:
                 ensure_topic(self._props)
                 self._ready = True
-            key, value = encode(producer_id, self._by, int(time.time() * 1000))
+            except KafkaException as exc:
+                # (Created by an operator, it is written all the same.)
+                log.warning("%s not created (%s); writing to it anyway", TOPIC, exc)
+                self._next_ensure = time.monotonic() + ENSURE_RETRY_S
+        try:
+            key, value = encode(producer_id, self._source, self._by, int(time.time() * 1000))
             self._producer.produce(TOPIC, value, key, partition=0, on_delivery=handle._delivered)
         except (BufferError, KafkaException) as exc:
             handle.error, handle.done = f"{type(exc).__name__}: {exc}", True
@@ -108,9 +134,12 @@ class RegistryWriter:
 
 
 class RegistryReader:
-    """Reads a cluster's registry, each read from where the last one stopped to the end."""
+    """Reads a cluster's registry, each read from where the last one stopped to the end, for
+    the producer ids that copy from ``source`` (the reading route's destination: with more than
+    two clusters, copies that came from a third one are not this route's to skip)."""
 
-    def __init__(self, props: Mapping[str, Any], *, client_id: str) -> None:
+    def __init__(self, props: Mapping[str, Any], *, source: str, client_id: str) -> None:
+        self._source = source
         self._consumer = clients.consumer(
             dict(props),
             **{
@@ -120,20 +149,26 @@ class RegistryReader:
                 "isolation.level": "read_uncommitted",
             },
         )
+        self._props = props
         self._position = 0
         self._assigned = False
+        self._exists = False
 
     def read(self, timeout_s: float = READ_TIMEOUT_S) -> set[int]:
-        """The producer ids published since the last read, up to the registry's end now (none
-        when the topic does not exist: no id was published on this cluster). Raises when the
-        end cannot be read in ``timeout_s``."""
+        """The producer ids published since the last read, up to the registry's end now.
+        Raises when the end cannot be read in ``timeout_s``.
+
+        The first read creates the topic if it is missing: a topic reported missing is then a
+        broker not yet told of it, an error, never an empty registry (which would make the
+        opposite route's copies look like a user's)."""
+        if not self._exists:
+            self._exists = True
+            try:
+                ensure_topic(self._props)
+            except KafkaException as exc:  # (no CREATE here: one that exists is read all the same)
+                log.warning("%s not created on the source (%s)", TOPIC, exc)
         partition = TopicPartition(TOPIC, 0)
-        try:
-            low, high = self._consumer.get_watermark_offsets(partition, timeout=timeout_s, cached=False)
-        except KafkaException as exc:
-            if exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
-                return set()
-            raise
+        low, high = self._consumer.get_watermark_offsets(partition, timeout=timeout_s, cached=False)
         found: set[int] = set()
         if high <= self._position:
             return found
@@ -155,7 +190,7 @@ class RegistryReader:
                 assert offset is not None  # (a message without an error has one)
                 self._position = offset + 1
                 producer_id = decode_key(message.key())
-                if producer_id is not None:
+                if producer_id is not None and decode_source(message.value()) == self._source:
                     found.add(producer_id)
         return found
 
