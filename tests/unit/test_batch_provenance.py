@@ -23,6 +23,7 @@ from strait.worker.batch.provenance import (
     HeaderVerdict,
     Kind,
     Provenance,
+    RegistryUnreadable,
     classify,
     judge_origins,
     record_origins,
@@ -234,7 +235,7 @@ def test_a_failed_registry_read_counts_as_no_read() -> None:
         return {5}
 
     provenance = Provenance(B, read_registry=read_registry)
-    with pytest.raises(TimeoutError):
+    with pytest.raises(RegistryUnreadable, match="TimeoutError"):
         provenance.judge([parsed(batch_of(0, 5))], fetched_at=0.0)
     # Fetched again: read again, and the id is found (not judged by headers as a user's).
     assert provenance.judge([parsed(batch_of(0, 5))], fetched_at=0.0).copies == {0}

@@ -10,6 +10,7 @@ from typing import Any
 from strait.worker.batch.core import RETRY_BACKOFF_S, LoopCore, log, refusal
 from strait.worker.batch.link import Links, fetched_partitions
 from strait.worker.batch.partition import BatchPartition
+from strait.worker.batch.provenance import RegistryUnreadable
 from strait.worker.pipeline import ACCESS_RETRY_S
 from strait.worker.startup import FETCHED, mark
 
@@ -138,12 +139,10 @@ class Fetching(LoopCore):
             judge = None if provenance is None else partial(provenance.judge, fetched_at=now)
             try:
                 decision = part.take_fetch(fetched, now, judge)
-            except Exception as exc:
-                if judge is None:
-                    raise
-                # The source's producer registry could not be read: nothing of this answer was
-                # taken, the partition fetches it again after the backoff.
-                reason = f"producer registry on the source unreadable: {type(exc).__name__}: {exc}"
+            except RegistryUnreadable as exc:
+                # Nothing of this answer was taken: the partition fetches it again after the
+                # backoff (a copy is never guessed to be a user's).
+                reason = f"producer registry on the source unreadable: {exc}"
                 if state.waiting != reason:
                     log.warning("partition %s: %s; trying again", state.task, reason)
                 state.waiting = reason

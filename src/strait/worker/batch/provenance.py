@@ -41,6 +41,10 @@ from strait.worker.origin import HEADER
 IDS_KEPT = 100_000
 
 
+class RegistryUnreadable(Exception):
+    """The source's producer registry could not be read to its end: nothing is decided."""
+
+
 class Kind(enum.Enum):
     """What one fetched batch is."""
 
@@ -157,7 +161,8 @@ class Provenance:
     def judge(self, batches: Sequence[RecordBatch], fetched_at: float) -> Judged:
         """The copies among ``batches`` (control batches and empty ones are never copies: they
         are not produced anyway), whose fetch answer arrived at ``fetched_at`` (the clock's
-        time). Raises ``ValueError`` when a batch that must be decoded cannot be."""
+        time). Raises ``ValueError`` when a batch that must be decoded cannot be, and
+        :class:`RegistryUnreadable` when the registry cannot be read."""
         copies: set[int] = set()
         for batch in batches:
             if batch.is_control or batch.record_count == 0:
@@ -189,7 +194,10 @@ class Provenance:
             # Begun after the batch arrived, so after its producer id was published, if it was
             # (and counted as read only once it was: a failed read raises).
             began = self._clock()
-            self.copies.update(self._read_registry())
+            try:
+                self.copies.update(self._read_registry())
+            except Exception as exc:
+                raise RegistryUnreadable(f"{type(exc).__name__}: {exc}") from exc
             self._read_at = began
             self.registry_reads += 1
             kind = classify(producer_id, copies=self.copies, plain=self.plain, registry_read=True)

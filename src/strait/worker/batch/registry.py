@@ -4,10 +4,11 @@ One compacted topic per cluster, ``__strait_producers``, one partition, one reco
 id (the key: the id in decimal; the value: the cluster it copies from, which pipeline, and
 when). A two-way route's batch pipeline publishes each producer id it gets from its
 destination here, on the destination, and waits for every in-sync replica to acknowledge it
-before the id writes its first batch; the opposite route reads it on its source (:mod:`strait.worker.batch.provenance`). Records are never
-deleted: keys never repeat and no tombstone is written, so compaction keeps them all and an id
-stays known as long as the batches it wrote can be fetched. Each record is about 100 bytes; a
-partition start or rewind on a two-way route adds one.
+before the id writes its first batch; the opposite route reads it on its source
+(:mod:`strait.worker.batch.provenance`). Records are never deleted: keys never repeat and no
+tombstone is written, so compaction keeps them all and an id stays known as long as the
+batches it wrote can be fetched. Each record is about 100 bytes; a partition start or rewind
+on a two-way route adds one.
 """
 
 from __future__ import annotations
