@@ -260,6 +260,8 @@ def test_batch_is_the_default_where_the_route_allows_it() -> None:
     assert copy_mode(route()) == ("batch", "")
     assert copy_mode(route(copy="batch")) == ("batch", "")
     assert copy_mode(route(delivery="at-least-once", offset_map=False, naming={"prefix": "a."})) == ("batch", "")
+    # Two-way routes too: copies are told by their producer ids (strait.worker.batch.provenance).
+    assert copy_mode(route(active_active=True)) == ("batch", "")
 
 
 @pytest.mark.parametrize(
@@ -268,8 +270,8 @@ def test_batch_is_the_default_where_the_route_allows_it() -> None:
         ({"copy": "record"}, "route option copy: record"),
         ({"delivery": "exactly-once"}, "exactly-once route"),
         ({"delivery": "exactly-once", "copy": "batch"}, "exactly-once route"),
-        ({"active_active": True}, "active-active route"),
-        ({"active_active": True, "copy": "batch"}, "active-active route"),
+        ({"active_active": True, "delivery": "exactly-once"}, "active-active exactly-once route"),
+        ({"active_active": True, "copy": "record"}, "route option copy: record"),
         # What the route asked for comes first: nothing fell back.
         ({"delivery": "exactly-once", "copy": "record"}, "route option copy: record"),
     ],
