@@ -23,6 +23,8 @@ from strait.worker.task import PartitionTask
 
 pytestmark = pytest.mark.integration
 
+READ_MAX_S = 60.0
+
 
 def _produce(props: dict[str, Any], topic: str, label: str, count: int) -> None:
     producer = clients.producer(props, **{"enable.idempotence": True})
@@ -32,12 +34,14 @@ def _produce(props: dict[str, Any], topic: str, label: str, count: int) -> None:
 
 
 def _read(props: dict[str, Any], topic: str, idle_s: float = 4.0) -> list[tuple[str, str | None]]:
+    """The topic's records, read until none came for ``idle_s``, or for READ_MAX_S at most (a
+    loop never goes quiet: what was read by then fails the counts)."""
     consumer = clients.consumer(props, **{"group.id": f"aa-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(2)])
     seen: list[tuple[str, str | None]] = []
-    last = time.monotonic()
+    last = started = time.monotonic()
     try:
-        while time.monotonic() - last < idle_s:
+        while time.monotonic() - last < idle_s and time.monotonic() - started < READ_MAX_S:
             for message in consumer.consume(1000, 0.5):
                 if message.error() is None:
                     origin = dict(message.headers() or []).get(HEADER)
@@ -98,6 +102,8 @@ def _wait_for(a: dict[str, Any], b: dict[str, Any], topic: str, count: int) -> N
     deadline = time.monotonic() + 120
     while True:
         got_a, got_b = _read(a, topic, 2.0), _read(b, topic, 2.0)
+        # More than were written: copies went back (each record is written to one cluster once).
+        assert len(got_a) <= count and len(got_b) <= count, f"a has {len(got_a)}, b has {len(got_b)} of {count}"
         if len(got_a) >= count and len(got_b) >= count:
             return
         assert time.monotonic() < deadline, f"a has {len(got_a)}, b has {len(got_b)} of {count}"
