@@ -309,8 +309,8 @@ class RouteConfig(_Model):
     # once it keeps up), each partition whose batches cannot pass unchanged (compacted gaps,
     # a destination compression.type other than the source's codec, old message formats) record
     # by record, with the reason in its stats. record: every partition record by record.
-    # Exactly-once and active-active routes copy record by record whatever this says (the reason
-    # is in their stats too; see strait.worker.agent.copy_mode).
+    # Exactly-once routes copy record by record whatever this says (the reason is in their stats
+    # too; see strait.worker.agent.copy_mode).
     # (`copy` in the file; `copy_mode` in code, as pydantic models have a copy() method.)
     copy_mode: Literal["record", "batch"] = Field(default="batch", alias="copy")
     # Partitions more than this many records behind are copied by the route's catch-up pipeline,
@@ -341,10 +341,12 @@ class RouteConfig(_Model):
     # Publish which source offsets landed at which destination offsets (runs of consecutive
     # records) to `__strait_offsets.<route>` on the destination, for exact consumer failover.
     offset_map: bool = True
-    # Two-way replication (A->B and B->A over the same topics): copies carry the header
-    # strait.origin naming the cluster a record was first written to, and records that came
-    # from this route's destination are not copied back (no loops). Cluster names must be the
-    # same in both routes' configurations.
+    # Two-way replication (A->B and B->A over the same topics): what came from this route's
+    # destination is not copied back (no loops). Whole-batch copies are told by their producer
+    # ids, published in the destination's __strait_producers topic before use; record-mode
+    # copies carry the header strait.origin naming the cluster a record was first written to
+    # (strait.worker.batch.provenance). Cluster names must be the same in both routes'
+    # configurations.
     active_active: bool = False
     # The worker pools this route's partitions may run on (`worker.pool`); None: every pool.
     # With no live worker in any of them, the route waits (reported), never borrows another pool.

@@ -28,6 +28,7 @@ from strait.metrics.observatory import Observatory, ObservatorySettings
 from strait.worker import moves, starts
 from strait.worker.agent import copy_mode
 from strait.worker.copier import Copier
+from strait.worker.origin import OriginRule
 from strait.worker.pipeline import PartitionState
 from strait.worker.task import PartitionTask
 from tests.unit.test_metrics import SnapshotStore
@@ -35,12 +36,18 @@ from tests.unit.test_worker_copier import FakeCheckpoints, FakeDestinations, Fak
 
 
 class FakeBatchPipeline(FakePipeline):
+    def __init__(self, *, name: str, **options: Any) -> None:
+        super().__init__(name=name, **options)
+        self.options = options
+
     def add(self, state: PartitionState, offset: int, *, move: bool = False) -> None:
         super().add(state, offset, move=move)
         state.mode = "batch"
 
 
-def make(copy: Any, reason: str = "", threshold: int | None = 1000, realtime_copy: Any = "record") -> Copier:
+def make(
+    copy: Any, reason: str = "", threshold: int | None = 1000, realtime_copy: Any = "record", **options: Any
+) -> Copier:
     return Copier(
         route="a-b",
         source={"bootstrap.servers": "127.0.0.1:1"},
@@ -56,6 +63,7 @@ def make(copy: Any, reason: str = "", threshold: int | None = 1000, realtime_cop
         copy=copy,
         copy_reason=reason,
         realtime_copy=realtime_copy,
+        **options,
     )
 
 
@@ -116,6 +124,25 @@ def test_caught_up_partitions_copy_whole_batches_in_the_realtime_batch_pipeline(
         _wait_for(lambda: realtime_batch.adds == [(current, 0), (behind, 1400)])
         stats = copier.stats()
         assert stats[behind].pipeline == "realtime-batch" and stats[behind].mode == "batch"
+    finally:
+        copier.stop(drain=False, timeout_s=1)
+
+
+def test_a_two_way_routes_caught_up_partitions_copy_whole_batches_whatever_realtime_copy_says() -> None:
+    """Its record pipelines could not tell the opposite route's whole-batch copies from user
+    records (strait.worker.batch.provenance); its batch pipelines get the origin rule."""
+    origin = OriginRule("a", "b")
+    copier = make("batch", realtime_copy="record", origin=origin)
+    copier.start()
+    try:
+        current = _task(1)
+        copier.assign([current])
+        realtime_batch: FakeBatchPipeline = copier._moves.realtime_batch  # type: ignore[assignment]
+        _wait_for(lambda: current in realtime_batch.states)
+        assert copier.stats()[current].mode == "batch" and not copier._realtime.states  # type: ignore[attr-defined]
+        batch: FakeBatchPipeline = copier._batch  # type: ignore[assignment]
+        assert realtime_batch.options["origin"] is origin and batch.options["origin"] is origin
+        assert copier._moves._keep_batches
     finally:
         copier.stop(drain=False, timeout_s=1)
 
@@ -233,6 +260,8 @@ def test_batch_is_the_default_where_the_route_allows_it() -> None:
     assert copy_mode(route()) == ("batch", "")
     assert copy_mode(route(copy="batch")) == ("batch", "")
     assert copy_mode(route(delivery="at-least-once", offset_map=False, naming={"prefix": "a."})) == ("batch", "")
+    # Two-way routes too: copies are told by their producer ids (strait.worker.batch.provenance).
+    assert copy_mode(route(active_active=True)) == ("batch", "")
 
 
 @pytest.mark.parametrize(
@@ -241,8 +270,8 @@ def test_batch_is_the_default_where_the_route_allows_it() -> None:
         ({"copy": "record"}, "route option copy: record"),
         ({"delivery": "exactly-once"}, "exactly-once route"),
         ({"delivery": "exactly-once", "copy": "batch"}, "exactly-once route"),
-        ({"active_active": True}, "active-active route"),
-        ({"active_active": True, "copy": "batch"}, "active-active route"),
+        ({"active_active": True, "delivery": "exactly-once"}, "active-active exactly-once route"),
+        ({"active_active": True, "copy": "record"}, "route option copy: record"),
         # What the route asked for comes first: nothing fell back.
         ({"delivery": "exactly-once", "copy": "record"}, "route option copy: record"),
     ],

@@ -241,3 +241,29 @@ def test_auto_does_not_count_a_backlog_arriving_in_the_realtime_pipelines(monkey
     _each_second(placement, pipes, [trickle, backlog], range(4, 8), 100)
     assert backlog.pipeline is pipes["realtime"]  # joined the realtime pipeline
     assert placement.rate is not None and placement.rate < moves.AUTO_RECORD_BELOW
+
+
+def test_a_two_way_routes_partitions_stay_in_batch_pipelines_whatever_their_batch_sizes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Record pipelines cannot tell the opposite route's whole-batch copies from user records
+    (strait.worker.batch.provenance): small batches move a two-way route's partition nowhere."""
+    monkeypatch.setattr(moves, "CLASSIFY_INTERVAL_S", 0.0)
+    for keep, moved_to in ((False, "catchup"), (True, None)):
+        pipes = {name: Pipe(name) for name in ("realtime", "catchup", "realtime-batch")}
+        pipes["batch"] = SharingPipe("batch")
+        placement = Moves(
+            realtime=pipes["realtime"],  # type: ignore[arg-type]
+            catchup=pipes["catchup"],  # type: ignore[arg-type]
+            batch=pipes["batch"],  # type: ignore[arg-type]
+            threshold=THRESHOLD,
+            realtime_batch=pipes["realtime-batch"],  # type: ignore[arg-type]
+            keep_batches=keep,
+        )
+        backlog, trickle = _start(placement, 100 * THRESHOLD), _start(placement, THRESHOLD)
+        assert backlog.pipeline is pipes["batch"] and trickle.pipeline is pipes["realtime-batch"]
+        _fetch_batches(backlog.state, moves.SPARSE_JUDGED_BATCHES, 4)
+        placement.classify([backlog, trickle], 10.0)
+        target = None if backlog.phase == "running" else backlog.target
+        assert target is (None if moved_to is None else pipes[moved_to])
+        assert trickle.phase == "running" and trickle.pipeline is pipes["realtime-batch"]

@@ -36,8 +36,8 @@ def copied_back(route: RouteConfig, topic: str, routes: Sequence[RouteConfig]) -
 
     With A->B and B->A both renaming (e.g. prefixes "A." and "B."), A->B matching ".*" would
     otherwise copy B->A's copy "B.t" back to B as "A.B.t", and so on without end. Copies under
-    the same name cannot be told apart by name: there the records' origin header stops the loop
-    (``active_active``).
+    the same name cannot be told apart by name: there ``active_active`` stops the loop (copies
+    told by producer id in batch mode, by the origin header in record mode).
     """
     for other in routes:
         if other.name == route.name or not other.naming.renames:

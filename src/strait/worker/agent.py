@@ -91,14 +91,17 @@ def copy_mode(route: RouteConfig) -> tuple[Literal["record", "batch"], str]:
 
     Batch (the default) where the route allows it; the batch pipeline may still hand single
     partitions to record mode (strait.worker.batch.compat). A route that asks for record mode
-    gets it; exactly-once and active-active routes copy record by record whatever they ask.
+    gets it; exactly-once routes copy record by record whatever they ask. Active-active routes
+    copy whole batches too: the batch pipeline tells copies by their producer ids
+    (strait.worker.batch.provenance), no header needed.
     """
     if route.copy_mode == "record":
         return "record", ROUTE_OPTION_RECORD
+    if route.active_active and route.delivery == "exactly-once":
+        # (The transactional batch copy publishes no producer ids for the opposite route.)
+        return "record", "active-active exactly-once route (each copy carries the strait.origin header)"
     if route.delivery == "exactly-once":
         return "record", "exactly-once route (batch mode has no transactional producer yet)"
-    if route.active_active:
-        return "record", "active-active route (each copy carries the strait.origin header)"
     return "batch", ""
 
 

@@ -139,6 +139,12 @@ class Copier(PartitionStarts):
         # the record pipelines for good (strait.worker.moves).
         self._batch: Pipeline | None = None
         realtime_batch: Pipeline | None = None
+        two_way = origin is not None and copy == "batch"
+        if two_way:
+            # A two-way route's record pipelines cannot tell the opposite route's whole-batch
+            # copies (no header) from user records: its partitions stay in batch pipelines,
+            # caught up or not, and leave them only when their batches cannot pass (moves.py).
+            realtime_copy = "batch"
         if copy == "batch":
             # The backlog's pipeline runs in a process of its own (strait.worker.batch.remote),
             # the realtime one here; ``batch_factory`` alone (tests) makes both.
@@ -162,6 +168,7 @@ class Copier(PartitionStarts):
             copy_reason=copy_reason,
             realtime_batch=realtime_batch,
             auto=realtime_copy == "auto",
+            keep_batches=two_way,
         )
         self._lock = threading.Lock()
         self._entries: dict[PartitionTask, Entry] = {}

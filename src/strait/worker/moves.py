@@ -123,6 +123,7 @@ class Moves:
     (record by record) holds only those whose batches cannot pass unchanged or were found too
     small to pay (compressed). With ``auto``, only while the realtime partitions together
     receive more than AUTO_BATCH_ABOVE records/s (below AUTO_RECORD_BELOW, record by record).
+    ``keep_batches`` (two-way routes): small batches never send a partition to record mode.
     """
 
     def __init__(
@@ -135,6 +136,7 @@ class Moves:
         copy_reason: str = "",
         realtime_batch: Pipeline | None = None,
         auto: bool = False,
+        keep_batches: bool = False,
     ) -> None:
         self.realtime, self.catchup, self.batch = realtime, catchup, batch
         self.realtime_batch = realtime_batch if batch is not None and threshold is not None else None
@@ -146,6 +148,7 @@ class Moves:
         self._counted_at: float | None = None
         self.threshold = threshold
         self._copy_reason = copy_reason
+        self._keep_batches = keep_batches
         self._next_classify = 0.0
 
     def pipelines(self) -> list[Pipeline]:
@@ -278,7 +281,7 @@ class Moves:
             batch_mode = self.batch_mode(entry.pipeline)
             if batch_mode and state.mode == "record":
                 continue  # handed to record mode: to_record_mode moves it
-            if batch_mode and not entry.batch_fallback and sparse(state):
+            if batch_mode and not entry.batch_fallback and not self._keep_batches and sparse(state):
                 entry.sparse_until = now + SPARSE_HOLD_S
                 record = self.catchup if self.catchup is not None and lag > self.threshold // 4 else self.realtime
                 log.info(

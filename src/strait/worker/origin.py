@@ -2,9 +2,13 @@
 
 With routes A→B and B→A over the same topic names, a record produced at A is copied to B and
 must not be copied back to A (and again to B, forever). A route with ``active_active: true``
-stamps every copy it writes with the header ``strait.origin`` naming the cluster the record
-was first written to (the route's source, unless the record already names one), and skips the
-records whose origin is the route's own destination: they came from there.
+stamps every copy it writes record by record with the header ``strait.origin`` naming the
+cluster the record was first written to (the route's source, unless the record already names
+one), and skips the records whose origin is the route's own destination: they came from there.
+
+That is record mode's way. Whole batches pass without a header: the batch pipeline tells the
+opposite route's copies by their producer ids (:mod:`strait.worker.batch.provenance`), and
+reads this header only in batches of producers it does not know (record-mode copies).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from strait.worker.batch.records import Codec, RecordBatch, SplitResult, TimestampType
@@ -46,6 +47,8 @@ class Reason(enum.Enum):
     TOO_LARGE = "too_large"
     MID_BATCH = "fetch_offset_inside_batch"  # a start inside a batch: its first records are copied already
     REFUSED = "refused_by_destination"  # a produce answer (e.g. INVALID_RECORD), not a prediction
+    # Two-way routes: a batch holding copies and originals, or one whose origin cannot be read.
+    ORIGIN_UNDECIDED = "origin_undecided"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,12 +96,14 @@ def decide_mode(
     source_compacted: bool,
     fetch_offset: int | None = None,
     allow_compacted_gaps: bool = False,
+    skipped: AbstractSet[int] = frozenset(),
 ) -> ModeDecision:
     """Batch or record mode for the partition whose fetched batches are ``split``.
 
     ``split`` holds every complete batch of the fetch, control batches included (they occupy
     offsets). ``fetch_offset``, when given, counts a jump from it to the first batch as a gap
-    between batches too.
+    between batches too. Batches whose base offsets are in ``skipped`` (a two-way route's copies,
+    never produced) occupy offsets and nothing else.
     """
     if isinstance(split, SplitResult):
         batches: Sequence[RecordBatch] = split.batches
@@ -115,7 +120,7 @@ def decide_mode(
                 expected,
             )
         expected = batch.next_offset
-        if batch.is_control or batch.record_count == 0:
+        if batch.is_control or batch.record_count == 0 or batch.base_offset in skipped:
             continue  # never produced: nothing else about it matters
         if batch.has_inner_gaps:
             return _record(

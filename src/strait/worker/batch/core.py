@@ -17,6 +17,7 @@ from strait.worker.batch.identities import Identities
 from strait.worker.batch.leaders import LeaderCache
 from strait.worker.batch.link import Key, Links
 from strait.worker.batch.partition import BatchPartition
+from strait.worker.batch.provenance import Provenance
 from strait.worker.batch.rtts import RoundTrips
 from strait.worker.pipeline import PipelineSettings
 
@@ -39,6 +40,7 @@ class LoopCore:
     _leaders: LeaderCache
     _fetches: dict[int, tuple[Any, dict[Key, int], float]]
     _identities: Identities
+    _provenance: Provenance | None = None  # two-way routes (set by BatchPipeline)
     _rtts: RoundTrips | None
     _pace: PacedFetches
     _stopping: threading.Event
@@ -46,7 +48,17 @@ class LoopCore:
     def _to_record_mode(self, part: BatchPartition, reason: str) -> None:
         """Batches of this partition cannot pass unchanged: the copier moves it to its record
         pipeline, from the checkpoint, once nothing of it is in flight."""
-        log.info("%s: record mode from the checkpoint on (%s)", part.state.task, reason)
+        if self._provenance is None:
+            log.info("%s: record mode from the checkpoint on (%s)", part.state.task, reason)
+        else:
+            # Record pipelines see no producer ids: the opposite route's whole-batch copies
+            # they read are copied back once (stamped, so no further).
+            log.warning(
+                "%s: record mode from the checkpoint on (%s); on a two-way route this copies the "
+                "opposite route's whole-batch copies back: give such topics copy: record routes",
+                part.state.task,
+                reason,
+            )
         part.stop()
         part.state.mode, part.state.mode_reason = "record", reason
         part.state.fetching = False

@@ -4,11 +4,13 @@ with room in their queues, and the answers split into batches and decided
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from strait.worker.batch.core import RETRY_BACKOFF_S, LoopCore, log, refusal
 from strait.worker.batch.link import Links, fetched_partitions
 from strait.worker.batch.partition import BatchPartition
+from strait.worker.batch.provenance import RegistryUnreadable
 from strait.worker.pipeline import ACCESS_RETRY_S
 from strait.worker.startup import FETCHED, mark
 
@@ -133,7 +135,21 @@ class Fetching(LoopCore):
             self._pace.spend(len(fetched.records))
             if fetched.high_watermark > (state.source_end or 0):
                 state.source_end = fetched.high_watermark
-            decision = part.take_fetch(fetched, now)
+            provenance = self._provenance
+            judge = None if provenance is None else partial(provenance.judge, fetched_at=now)
+            try:
+                decision = part.take_fetch(fetched, now, judge)
+            except RegistryUnreadable as exc:
+                # Nothing of this answer was taken: the partition fetches it again after the
+                # backoff (a copy is never guessed to be a user's).
+                reason = f"producer registry on the source unreadable: {exc}"
+                if state.waiting != reason:
+                    log.warning("partition %s: %s; trying again", state.task, reason)
+                state.waiting = reason
+                part.wait_until = now + ACCESS_RETRY_S / 10
+                return
+            if state.waiting is not None and state.waiting.startswith("producer registry"):
+                state.waiting = None
             if state.trace is not None and part.queue:
                 mark(state, FETCHED)
             if decision is not None:

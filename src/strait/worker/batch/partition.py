@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -28,11 +29,15 @@ from strait.worker.batch.compat import DestinationTopic, Mode, ModeDecision, Rea
 from strait.worker.batch.merging import MERGED_MAX_BYTES, follows, merge, mergeable
 from strait.worker.batch.outcomes import Outcome, produce_outcome
 from strait.worker.batch.protocol import FetchedPartition, Produced
+from strait.worker.batch.provenance import Judged
 from strait.worker.batch.records import RecordBatch, rewrite, split_batches, tail_batch
 from strait.worker.batch.select import Action, select_batches
 from strait.worker.batch.sequences import MAX_IN_FLIGHT, ProducerIdentity, increment_sequence
 from strait.worker.checkpoint import AckTracker
 from strait.worker.pipeline import PartitionState
+
+# Names the copies among a fetch's batches (strait.worker.batch.provenance.Provenance.judge).
+Judge = Callable[[Sequence[RecordBatch]], Judged]
 
 MAX_PARTITION_FETCH_BYTES = 64 * 1024 * 1024
 # A partition is fetched again only while less than this many partition fetch sizes wait to be sent.
@@ -133,11 +138,25 @@ class BatchPartition:
     def queue_full(self) -> bool:
         return self.queued_bytes >= QUEUED_FETCHES * self.fetch_bytes
 
-    def take_fetch(self, fetched: FetchedPartition, now: float) -> ModeDecision | None:
-        """Queue the batches a fetch answer brings (in order); a record-mode decision stops here."""
+    def take_fetch(self, fetched: FetchedPartition, now: float, judge: Judge | None = None) -> ModeDecision | None:
+        """Queue the batches a fetch answer brings (in order); a record-mode decision stops here.
+
+        ``judge`` (two-way routes, strait.worker.batch.provenance) names the batches that are
+        copies written by the opposite route: they are accounted, never produced."""
         split = split_batches(fetched.records)
+        copies: frozenset[int] = frozenset()
+        if judge is not None:
+            try:
+                judged = judge(split.batches)
+            except ValueError as exc:
+                return ModeDecision(Mode.RECORD, Reason.ORIGIN_UNDECIDED, str(exc), self.fetch_offset)
+            if judged.mixed is not None:
+                at = judged.mixed.base_offset
+                detail = f"batch at {at} holds copies from the destination and records written here"
+                return ModeDecision(Mode.RECORD, Reason.ORIGIN_UNDECIDED, detail, at)
+            copies = judged.copies
         decision = decide_mode(
-            split, self.topic_config, source_compacted=self.compacted, fetch_offset=self.fetch_offset
+            split, self.topic_config, source_compacted=self.compacted, fetch_offset=self.fetch_offset, skipped=copies
         )
         if decision.mode is Mode.RECORD:
             return decision
@@ -147,6 +166,12 @@ class BatchPartition:
             if action is Action.BELOW_FETCH_OFFSET:
                 continue
             batch = chosen.batch
+            if copies and batch.base_offset in copies and action in (Action.PRODUCE, Action.PARTIAL):
+                # Written by the opposite route: accounted like a transaction marker.
+                self.queue.append(Queued(batch, False, now))
+                self.queued_bytes += batch.size
+                self.state.skipped_origin += batch.last_offset + 1 - max(batch.base_offset, self.fetch_offset)
+                continue
             if action is Action.PARTIAL:
                 # The copy starts inside this batch (a checkpoint record mode left there): its
                 # tail is encoded again, once; the batches after it pass unchanged.
@@ -196,11 +221,12 @@ class BatchPartition:
         while self.queue:
             batch, produce, fetched_at = self.queue.popleft()
             self.queued_bytes -= batch.size
-            if batch.base_offset < tracker.next_offset:
+            if batch.last_offset < tracker.next_offset or (produce and batch.base_offset < tracker.next_offset):
                 continue  # already accounted (cannot happen with a consistent fetch position)
             if batch.base_offset > tracker.next_offset:
                 self.gaps += 1
-            # The batch covers base..last: vouched for as the source's own stream.
+            # The batch covers base..last: vouched for as the source's own stream (a skipped
+            # copy may start before the fetch position: it is accounted from there).
             if not produce:
                 tracker.sent(batch.last_offset, source_gap=True)
                 tracker.acked(batch.last_offset)

@@ -8,7 +8,8 @@ network selector, :mod:`strait.worker.batch.link`):
 
 - one fetch in flight per source leader, covering every partition of that leader that has room
   in its queue, ``read_committed``, each partition from its own offset;
-- the answers are split into batches and decided (:mod:`select`, :mod:`compat`); a partition
+- the answers are split into batches and decided (:mod:`select`, :mod:`compat`; on two-way
+  routes, copies the opposite route wrote are skipped, :mod:`provenance`); a partition
   whose batches cannot pass unchanged is handed to record mode (``state.mode``), which the
   copier sees and moves it to its record pipeline at the checkpoint;
 - each batch is rewritten with the partition's own idempotent producer id, epoch and sequence
@@ -40,8 +41,11 @@ from strait.worker.batch.link import Key, Links
 from strait.worker.batch.merging import MERGED_MAX_BYTES
 from strait.worker.batch.partition import BatchPartition
 from strait.worker.batch.producing import Producing
+from strait.worker.batch.provenance import Provenance
+from strait.worker.batch.registry import RegistryReader, RegistryWriter
 from strait.worker.batch.rtts import RoundTrips
 from strait.worker.checkpoint import AckTracker
+from strait.worker.origin import OriginRule
 from strait.worker.pipeline import PartitionState, PipelineLoop, PipelineSettings
 from strait.worker.stalls import LoopWatch
 from strait.worker.startup import ASSIGNED, mark
@@ -61,8 +65,10 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
     """Copies whole record batches, bit for bit apart from the producer fields of each header.
 
     ``links`` replaces the network clients (tests); it is made on the pipeline's thread otherwise.
-    Accepts and ignores the record pipeline's other keyword arguments (the copier passes the
-    same set to every pipeline).
+    ``origin``, on two-way routes, makes the pipeline publish its producer ids in the
+    destination's registry before using them and skip the copies it fetches
+    (:mod:`strait.worker.batch.provenance`). Accepts and ignores the record pipeline's other
+    keyword arguments (the copier passes the same set to every pipeline).
     """
 
     def __init__(
@@ -78,6 +84,7 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         links: Links | None = None,
         lanes: int | None = None,
         merge_bytes: int = MERGED_MAX_BYTES,
+        origin: OriginRule | None = None,
         **_record_options: Any,
     ) -> None:
         self.name = name
@@ -101,7 +108,18 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         self._fetches: dict[int, tuple[Any, dict[Key, int], float]] = {}  # source node -> fetch
         # (source topic, destination topic) -> what _add read of their configs, and when.
         self._topic_configs: dict[tuple[str, str], tuple[Any, bool, float]] = {}
-        self._identities = Identities(self._init_producer_id, retry_s=RETRY_BACKOFF_S)
+        self._registry: tuple[RegistryWriter, RegistryReader] | None = None
+        self._provenance: Provenance | None = None
+        if origin is not None:
+            writer = RegistryWriter(destination, source=origin.source, by=self._client_id, client_id=self._client_id)
+            reader = RegistryReader(source, source=origin.destination, client_id=self._client_id)
+            self._registry = (writer, reader)
+            self._provenance = Provenance(origin.destination, read_registry=reader.read)
+        self._identities = Identities(
+            self._init_producer_id,
+            retry_s=RETRY_BACKOFF_S,
+            publisher=None if self._registry is None else self._registry[0],
+        )
         # Produce round trips per destination broker, for the route's metrics (librdkafka's
         # statistics give them in record mode).
         stats = getattr(observer, "client_stats", None)
@@ -213,6 +231,12 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
             if remaining:
                 log.warning("pipeline %s stopped with %d batches unacknowledged", self.name, remaining)
             links.close()
+        if self._registry is not None:
+            for client in self._registry:
+                try:
+                    client.close()
+                except Exception:
+                    log.warning("pipeline %s: closing the producer registry clients failed", self.name, exc_info=True)
         for _, done in self._draining:
             done.set()
         self._draining.clear()

@@ -44,6 +44,7 @@ from strait.config import BatchSharingConfig
 from strait.worker.batch.budget import Sharing
 from strait.worker.batch.child import Spec
 from strait.worker.batch.relay import Command, Progress, RelayedTracker, Report, apply, replay
+from strait.worker.origin import OriginRule
 from strait.worker.pipeline import PartitionState, PipelineSettings
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,9 @@ class BacklogProcess:
     """A batch pipeline run in a child process (see the module's docstring).
 
     Takes the batch pipeline's keyword arguments; ``sharing`` sets the backlog's pace next to
-    realtime partitions (strait.worker.batch.budget) and the child's nice value; ``lanes`` is
-    the batch pipeline's. Accepts and ignores the record pipeline's other keyword arguments.
+    realtime partitions (strait.worker.batch.budget) and the child's nice value; ``lanes`` and
+    ``origin`` (two-way routes) are the batch pipeline's. Accepts and ignores the record
+    pipeline's other keyword arguments.
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class BacklogProcess:
         observer: Any = None,
         sharing: BatchSharingConfig | None = None,
         lanes: int | None = None,
+        origin: OriginRule | None = None,
         **_record_options: Any,
     ) -> None:
         self.name = name
@@ -93,7 +96,7 @@ class BacklogProcess:
             group_id=group_id,
             client_id=client_id,
             settings=settings,
-            options={"lanes": lanes},
+            options={"lanes": lanes, "origin": origin},
             observed=observer is not None,
             nice=config.nice,
             log_level=logging.getLogger().getEffectiveLevel(),
