@@ -89,17 +89,24 @@ ROUTE_OPTION_RECORD = "route option copy: record"
 def copy_mode(route: RouteConfig) -> tuple[Literal["record", "batch"], str]:
     """How a route's partitions are copied, and why record by record when they are.
 
-    Batch (the default) where the route allows it; the batch pipeline may still hand single
-    partitions to record mode (strait.worker.batch.compat). A route that asks for record mode
-    gets it; exactly-once and active-active routes copy record by record whatever they ask.
+    Batch (the default) where the route allows it, exactly-once routes included (their batch
+    pipelines are transactional); the batch pipeline may still hand single partitions to record
+    mode (strait.worker.batch.compat). A route that asks for record mode gets it; active-active
+    routes, and exactly-once routes with an offset map, copy record by record whatever they ask.
     """
     if route.copy_mode == "record":
         return "record", ROUTE_OPTION_RECORD
-    if route.delivery == "exactly-once":
-        return "record", "exactly-once route (batch mode has no transactional producer yet)"
     if route.active_active:
         return "record", "active-active route (each copy carries the strait.origin header)"
+    if route.delivery == "exactly-once" and route.offset_map:
+        return "record", EXACTLY_ONCE_OFFSET_MAP
     return "batch", ""
+
+
+# Why an exactly-once route with an offset map copies record by record.
+EXACTLY_ONCE_OFFSET_MAP = (
+    "exactly-once route with an offset map (its runs go into the transactions from record mode only)"
+)
 
 
 def copier_factory(
@@ -113,11 +120,20 @@ def copier_factory(
         from strait.worker.copier import Copier
 
         source, destination = config.clusters[route.source], config.clusters[route.destination]
+        copy, copy_reason = copy_mode(route)
         extra: dict[str, Any] = {}
         if route.delivery == "exactly-once":
             from strait.worker.exactly_once import exactly_once_parts
 
-            extra = exactly_once_parts(route, source=source, destination=destination, worker_id=worker_id, lease=valid)
+            # Its batch pipelines (transactional) come from there, in this process.
+            extra = exactly_once_parts(
+                route,
+                source=source,
+                destination=destination,
+                worker_id=worker_id,
+                lease=valid,
+                batches=copy == "batch",
+            )
         if route.offset_map and route.delivery != "exactly-once":
             # (An exactly-once route's pipelines write the map inside their transactions.)
             from strait.offsetmap.store import MapWriter
@@ -128,8 +144,7 @@ def copier_factory(
                 client_id=f"strait-{route.name}-{worker_id}",
                 cost=None if metrics is None else metrics.route(route.name).offset_map,
             )
-        copy, copy_reason = copy_mode(route)
-        if copy == "batch":
+        if copy == "batch" and route.delivery != "exactly-once":
             from strait.worker.batch.pipeline import BatchPipeline
             from strait.worker.batch.remote import BacklogProcess
 
