@@ -27,7 +27,9 @@ from strait import clients
 log = logging.getLogger(__name__)
 
 PREFIX = "strait"
-PIPELINES = ("realtime", "catchup")
+# Every pipeline name of strait.worker.copier: the record pipelines, and with copy: batch the
+# backlog's and the realtime batch pipeline.
+PIPELINES = ("realtime", "catchup", "batch", "realtime-batch")
 # Fencing several ids at once: each init_transactions waits for its coordinator to abort the
 # open transaction (about 0.5-1 s); they run side by side.
 _MAX_PARALLEL = 8

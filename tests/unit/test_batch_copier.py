@@ -294,7 +294,7 @@ def _fleet_view() -> dict[str, Any]:
         str(keys[1]): {"bytes": 1, "mode": "batch", "mode_reason": ""},
         str(keys[2]): {"bytes": 1, "mode": "record", "mode_reason": "compacted_gap: offsets 4..9 missing"},
         str(keys[3]): {"bytes": 1, "mode": "record", "mode_reason": "route option copy: record"},
-        str(keys[4]): {"bytes": 1, "mode": "record", "mode_reason": "exactly-once route (no batches yet)"},
+        str(keys[4]): {"bytes": 1, "mode": "record", "mode_reason": "exactly-once route with an offset map"},
     }
     snapshot = ClusterSnapshot(
         topics={
@@ -327,7 +327,7 @@ def test_status_shows_each_copy_mode_and_why_record_by_record() -> None:
     text = console.file.getvalue()  # type: ignore[attr-defined]
     assert "Copy modes" in text and "compacted_gap: offsets 4..9 missing" in text
     # A route that fell back to record mode says why; one that chose record mode is left out.
-    assert "exactly-once route (no batches yet)" in text
+    assert "exactly-once route with an offset map" in text
     assert "route option copy: record" not in text
 
 

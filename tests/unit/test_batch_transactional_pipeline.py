@@ -466,6 +466,98 @@ def test_stop_commits_what_is_open() -> None:
     assert cluster.group[("t", 0)] == 9 and cluster.committed_offsets(("t", 0)) == list(range(9))
 
 
+class Leased:
+    """The worker's lease as the pipeline sees it: valid while ``on``."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+
+    def __call__(self) -> bool:
+        return self.on
+
+
+def test_no_transactional_id_taken_and_nothing_written_without_the_lease() -> None:
+    logs = {("t", 0): SourceLog()}
+    logs[("t", 0)].plain(3)
+    lease = Leased(False)
+    pipeline, cluster, src, _ = setup(logs, lease=lease)
+    state = start(pipeline, ("t", 0))
+    for _ in range(30):
+        pipeline._step()
+    assert cluster.sessions == [] and cluster.txns == [] and src.fetches == 0
+    assert state.checkpoint == 0 and ("t", 0) not in cluster.group
+    lease.on = True
+    run(pipeline, lambda: state.checkpoint == 9)
+    assert len(cluster.sessions) == 1
+    check_committed(cluster, logs)
+
+
+def _open_transaction(
+    lease: Leased,
+) -> tuple[TransactionalBatchPipeline, FakeCluster, list[PartitionState], dict[Key, SourceLog]]:
+    """Two partitions with 12 records each written into a transaction still open."""
+    logs = {("t", 0): SourceLog(), ("t", 1): SourceLog()}
+    pipeline, cluster, src, _ = setup(logs, transaction_interval_s=1000.0, lease=lease)
+    states = [start(pipeline, key) for key in logs]
+    run(pipeline, lambda: all(cluster.group.get(key) == 0 for key in logs))
+    for log in logs.values():
+        log.plain(4)
+    src.logs = {k: v.raws for k, v in logs.items()}
+    run(pipeline, lambda: all(s.tracker is not None and s.tracker.next_offset == 12 for s in states))
+    return pipeline, cluster, states, logs
+
+
+def test_an_open_transaction_commits_only_once_the_lease_is_confirmed_again() -> None:
+    lease = Leased(True)
+    pipeline, cluster, states, logs = _open_transaction(lease)
+    lease.on = False
+    released = pipeline.release(states[0])
+    for _ in range(30):
+        pipeline._step()
+    assert not released.is_set() and cluster.txns[-1].status == "open"
+    assert all(cluster.committed_offsets(key) == [] for key in logs)
+    lease.on = True
+    run(pipeline, released.is_set)
+    assert cluster.group[("t", 0)] == 12 == states[0].checkpoint
+    check_committed(cluster, logs)
+
+
+def test_an_abandon_aborts_the_open_transaction_without_the_lease() -> None:
+    lease = Leased(True)
+    pipeline, cluster, states, logs = _open_transaction(lease)
+    lease.on = False
+    done = [pipeline.abandon(state) for state in states]
+    run(pipeline, lambda: all(d is not None and d.is_set() for d in done))
+    assert cluster.txns[-1].status == "aborted"
+    assert all(cluster.group[key] == 0 and cluster.committed_offsets(key) == [] for key in logs)
+    assert all(s.checkpoint == 0 and not s.fetching for s in states)
+
+
+def test_a_fenced_id_is_not_taken_back_without_the_lease() -> None:
+    logs = {("t", 0): SourceLog()}
+    logs[("t", 0)].plain(2)
+    lease = Leased(True)
+    pipeline, cluster, src, _ = setup(logs, lease=lease)
+    state = start(pipeline, ("t", 0))
+    run(pipeline, lambda: state.checkpoint == 6)
+    cluster.faults.append("fenced")
+    logs[("t", 0)].plain(1)
+    src.logs = {("t", 0): logs[("t", 0)].raws}
+    run(pipeline, lambda: state.error is not None)
+    lease.on = False
+    again = start(pipeline, ("t", 0), cluster.checkpoint(("t", 0)))
+    pipeline._step()
+    assert again.error is not None and "without a confirmed lease" in again.error
+    sessions = len(cluster.sessions)
+    for _ in range(10):
+        pipeline._step()
+    assert len(cluster.sessions) == sessions and cluster.writes_after_death == 0
+    lease.on = True
+    fresh = start(pipeline, ("t", 0), cluster.checkpoint(("t", 0)))
+    run(pipeline, lambda: fresh.checkpoint == 9)
+    check_committed(cluster, logs)
+
+
 # -- generated histories -------------------------------------------------------------------
 
 KEYS: list[Key] = [("t", 0), ("t", 1), ("u", 0)]

@@ -47,7 +47,10 @@ def test_a_dead_writers_exactly_once_partitions_wait_for_the_fence_others_move_a
     result, parked = park_until_fenced(plan, written, {eos: "w1", alo: "w1", clean: "w3"}, {"w2", "w3"}, fencer)
     assert result == {eos: "w1", alo: "w2", clean: "w2"} and parked == 1
     assert fake.done.wait(5) and woken.wait(5)
-    assert fake.calls == [["strait.eos.w1.realtime", "strait.eos.w1.catchup"]]
+    # Every pipeline's id: the record pipelines' and the batch pipelines'.
+    assert fake.calls == [
+        ["strait.eos.w1.realtime", "strait.eos.w1.catchup", "strait.eos.w1.batch", "strait.eos.w1.realtime-batch"]
+    ]
     result, parked = park_until_fenced(plan, written, {eos: "w1", alo: "w1", clean: "w3"}, {"w2", "w3"}, fencer)
     assert result == plan and parked == 0
 

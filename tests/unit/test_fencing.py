@@ -11,12 +11,14 @@ from confluent_kafka import KafkaError, KafkaException
 
 from strait import clients
 from strait.fencing import (
+    PIPELINES,
     FenceError,
     fence,
     parse_transactional_id,
     transactional_id,
     worker_transactional_ids,
 )
+from strait.worker.copier import BATCH, CATCHUP, REALTIME, REALTIME_BATCH
 
 
 def test_id_is_readable_and_stable() -> None:
@@ -44,13 +46,21 @@ def test_empty_parts_are_refused() -> None:
         transactional_id("r", "", "realtime")
 
 
-def test_worker_ids_cover_both_pipelines_of_each_route() -> None:
+def test_worker_ids_cover_every_pipeline_of_each_route() -> None:
     assert worker_transactional_ids(["r1", "r2"], "host.example") == [
         "strait.r1.host%2Eexample.realtime",
         "strait.r1.host%2Eexample.catchup",
+        "strait.r1.host%2Eexample.batch",
+        "strait.r1.host%2Eexample.realtime-batch",
         "strait.r2.host%2Eexample.realtime",
         "strait.r2.host%2Eexample.catchup",
+        "strait.r2.host%2Eexample.batch",
+        "strait.r2.host%2Eexample.realtime-batch",
     ]
+
+
+def test_every_pipeline_a_copier_makes_is_fenced() -> None:
+    assert set(PIPELINES) == {REALTIME, CATCHUP, BATCH, REALTIME_BATCH}
 
 
 class _FakeProducer:

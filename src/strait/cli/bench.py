@@ -570,7 +570,7 @@ def delivery(
         "default",
         "--copy",
         help="Copy modes of the at-least-once runs: default (the route's), record, batch (comma-separated); "
-        "exactly-once copies record by record.",
+        "exactly-once copies record by record (its route keeps the offset map).",
     ),
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,

@@ -91,18 +91,25 @@ def copy_mode(route: RouteConfig) -> tuple[Literal["record", "batch"], str]:
 
     Batch (the default) where the route allows it; the batch pipeline may still hand single
     partitions to record mode (strait.worker.batch.compat). A route that asks for record mode
-    gets it; exactly-once routes copy record by record whatever they ask. Active-active routes
-    copy whole batches too: the batch pipeline tells copies by their producer ids
-    (strait.worker.batch.provenance), no header needed.
+    gets it. Exactly-once routes copy whole batches inside transactions (their batch pipelines
+    are transactional), except with an offset map, whose runs go into the transactions from
+    record mode only. Active-active routes copy whole batches too: the batch pipeline tells
+    copies by their producer ids (strait.worker.batch.provenance), no header needed.
     """
     if route.copy_mode == "record":
         return "record", ROUTE_OPTION_RECORD
     if route.active_active and route.delivery == "exactly-once":
         # (The transactional batch copy publishes no producer ids for the opposite route.)
         return "record", "active-active exactly-once route (each copy carries the strait.origin header)"
-    if route.delivery == "exactly-once":
-        return "record", "exactly-once route (batch mode has no transactional producer yet)"
+    if route.delivery == "exactly-once" and route.offset_map:
+        return "record", EXACTLY_ONCE_OFFSET_MAP
     return "batch", ""
+
+
+# Why an exactly-once route with an offset map copies record by record.
+EXACTLY_ONCE_OFFSET_MAP = (
+    "exactly-once route with an offset map (its runs go into the transactions from record mode only)"
+)
 
 
 def copier_factory(
@@ -116,11 +123,20 @@ def copier_factory(
         from strait.worker.copier import Copier
 
         source, destination = config.clusters[route.source], config.clusters[route.destination]
+        copy, copy_reason = copy_mode(route)
         extra: dict[str, Any] = {}
         if route.delivery == "exactly-once":
             from strait.worker.exactly_once import exactly_once_parts
 
-            extra = exactly_once_parts(route, source=source, destination=destination, worker_id=worker_id, lease=valid)
+            # Its batch pipelines (transactional) come from there, in this process.
+            extra = exactly_once_parts(
+                route,
+                source=source,
+                destination=destination,
+                worker_id=worker_id,
+                lease=valid,
+                batches=copy == "batch",
+            )
         if route.offset_map and route.delivery != "exactly-once":
             # (An exactly-once route's pipelines write the map inside their transactions.)
             from strait.offsetmap.store import MapWriter
@@ -131,8 +147,7 @@ def copier_factory(
                 client_id=f"strait-{route.name}-{worker_id}",
                 cost=None if metrics is None else metrics.route(route.name).offset_map,
             )
-        copy, copy_reason = copy_mode(route)
-        if copy == "batch":
+        if copy == "batch" and route.delivery != "exactly-once":
             from strait.worker.batch.pipeline import BatchPipeline
             from strait.worker.batch.remote import BacklogProcess
 

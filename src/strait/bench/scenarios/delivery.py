@@ -10,8 +10,9 @@ Two measurements, each made for both modes of the route's ``delivery`` key, alte
   (same harness as the latency scenario): arrival minus the send time stamped in the record.
 
 With ``copies`` the at-least-once runs are made once per Strait copy mode (``record``, ``batch``,
-None: the route's default); exactly-once copies record by record whatever the route says, so it
-runs once, and each ratio names the at-least-once copy mode it divides by.
+None: the route's default); exactly-once copies record by record (its route keeps the offset
+map, whose runs go into the transactions from record mode only), so it runs once, and each
+ratio names the at-least-once copy mode it divides by.
 
 Every run records the machine's load while it ran, and what the Strait processes logged at
 WARNING or above (the transactional producer's errors would show there).
@@ -115,7 +116,7 @@ def delivery(
 
 def variants(copies: Sequence[str | None], n: int) -> list[tuple[str, str | None]]:
     """(delivery, copy mode) of each run of one configuration: at-least-once once per copy mode,
-    exactly-once once (its route copies record by record whatever it asks); in alternating order,
+    exactly-once once (its route, with the offset map, copies record by record); in alternating order,
     so none always runs first (cold caches, a fresh sandbox)."""
     order = [("at-least-once", copy) for copy in dict.fromkeys(copies)] + [("exactly-once", None)]
     return order if n % 2 == 0 else order[::-1]

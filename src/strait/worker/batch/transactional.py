@@ -31,6 +31,12 @@ the destination holds, and the new session's InitProducerId settles the transact
 is written after a fence; only a fresh assignment (``add`` without ``move``) takes the
 transactional id back with a new session.
 
+The lease (``lease``, the worker's :class:`~strait.worker.lease.Lease`): without a valid one
+the pipeline takes no transactional id (InitProducerId), begins no transaction and commits
+none; fetched batches wait, an open transaction stays open until the lease is confirmed again
+or the partitions are abandoned (its abort needs no lease). A worker frozen past its session
+thus commits nothing it may no longer own, even before the controller's fence reaches it.
+
 Every blocking call has a deadline: the session's calls ``call_timeout_s``, the link's polls
 their timeout, the link's metadata reads its request timeout.
 """
@@ -55,6 +61,7 @@ from strait.worker.batch.records import RecordBatch
 from strait.worker.batch.transactions import SessionDead, TransactionAbortable, TransactionError
 from strait.worker.batch.txnsession import TransactionalSession
 from strait.worker.checkpoint import AckTracker
+from strait.worker.lease import always
 from strait.worker.pipeline import PartitionState, PipelineLoop, PipelineSettings
 from strait.worker.startup import ASSIGNED, mark
 from strait.worker.transactional_checkpoints import transaction_offsets
@@ -122,9 +129,11 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS,
         call_timeout_s: float = CALL_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
+        lease: Callable[[], bool] = always,
         **_record_options: Any,
     ) -> None:
         self.name = name
+        self._lease = lease
         self._source_props, self._destination_props = source, destination
         self._client_id = f"{client_id}-{name}"
         self._transactional_id = transactional_id
@@ -233,16 +242,19 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         assert links is not None
         self._run_commands()
         now = self._clock()
-        if not self._held and self._fenced is None:
+        leased = self._lease()
+        if not self._held and self._fenced is None and leased:
             self._start_fetches(links, now)
-        links.poll(self._idle_s(now))
+        # (Without the lease nothing is due: no spinning on a transaction waiting to commit.)
+        links.poll(self._idle_s(now) if leased else 0.05)
         now = self._clock()
         self._take_fetches(now)
         try:
-            self._write(now)
+            if leased:
+                self._write(now)
             if self._open and self._session is not None:
                 self._session.pump(0)
-            if self._commit_due(self._clock()):
+            if leased and self._commit_due(self._clock()):
                 self._commit()
         except TransactionAbortable as exc:
             self._abort(str(exc))
@@ -264,7 +276,7 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         for part in self._parts.values():
             part.stop()
             part.state.fetching = False
-        if self._txn and self._fenced is None and self._flush_timeout_s > 0:
+        if self._txn and self._fenced is None and self._flush_timeout_s > 0 and self._lease():
             try:
                 self._commit(timeout_s=self._flush_timeout_s)
             except TransactionAbortable as exc:
@@ -293,6 +305,11 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         links = self._links
         task = state.task
         if self._fenced is not None:
+            if not self._lease():
+                # Queued before this worker froze past its session, perhaps: the partition may be
+                # someone else's by now. The agent restarts it once it confirmed it is still ours.
+                self._stop_fenced(state, f"fenced: not taken back without a confirmed lease ({self._fenced})")
+                return
             if move:
                 # A move between this worker's pipelines is no fresh assignment: the partition
                 # may be someone else's by now. The agent restarts it if it is still ours.
