@@ -55,7 +55,7 @@ def test_an_exactly_once_route_without_an_offset_map_copies_whole_batches() -> N
         ({}, EXACTLY_ONCE_OFFSET_MAP),  # the offset map is on by default
         ({"offset_map": True, "copy": "batch"}, EXACTLY_ONCE_OFFSET_MAP),
         ({"offset_map": False, "copy": "record"}, "route option copy: record"),
-        ({"offset_map": False, "active_active": True}, "active-active route"),
+        ({"offset_map": False, "active_active": True}, "active-active exactly-once route"),
     ],
 )
 def test_exactly_once_routes_that_stay_record_by_record(options: dict[str, Any], reason: str) -> None:
