@@ -1,5 +1,5 @@
-"""`strait bench delivery --copy`: at-least-once once per copy mode, exactly-once once, and each
-ratio against the copy mode it names."""
+"""`strait bench delivery --copy`: at-least-once once per copy mode, exactly-once record by record
+and, with batch among the modes, in batch mode too; each ratio against the copy modes it names."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ def test_at_least_once_runs_once_per_copy_mode_and_exactly_once_once_in_alternat
         ("at-least-once", "record"),
         ("at-least-once", "batch"),
         ("exactly-once", None),
+        ("exactly-once", "batch"),
     ]
-    assert variants(["record", "batch"], 1)[0] == ("exactly-once", None)
+    assert variants(["record", "batch"], 1)[0] == ("exactly-once", "batch")
+    assert variants(["record"], 0) == [("at-least-once", "record"), ("exactly-once", None)]
 
 
 def _run(kind: str, delivery: str, copy: str | None, **figures: Any) -> dict[str, Any]:
@@ -60,3 +62,42 @@ def test_the_report_names_the_copy_mode_of_each_run_and_ratio() -> None:
     assert "100 B, at-least-once batch" in text and "1,000, at-least-once record" in text
     summary = "\n".join(report_delivery.delivery_summary(doc))
     assert "100 B, at-least-once record 0.80" in summary
+
+
+def test_exactly_once_in_batch_mode_is_divided_by_at_least_once_in_batch_mode() -> None:
+    runs = [
+        *RUNS,
+        _run("throughput", "exactly-once", "batch", steady_records_per_s=360_000.0),
+        _run("latency", "exactly-once", "batch", p50_ms=16.0, p99_ms=60.0),
+    ]
+    ratios = delivery_ratios(runs, [100], [1000], ["record", "batch"])
+    record, batch = ratios["throughput"]
+    assert (record["exactly_once_copy"], record["steady_records_per_s"]) == ("record", 0.8)
+    assert (batch["exactly_once_copy"], batch["steady_records_per_s"], batch["meets_goal"]) == ("batch", 0.9, True)
+    assert [(q["exactly_once_copy"], q["p99_ms"]) for q in ratios["latency"]] == [("record", 2.0), ("batch", 1.5)]
+    doc = {"runs": runs, "ratios": ratios, "params": {}}
+    text = "\n".join(report_delivery.render(doc))
+    assert "exactly-once (batch)" in text and "100 B, at-least-once batch, exactly-once batch" in text
+
+
+def test_an_exactly_once_batch_route_keeps_no_offset_map() -> None:
+    from strait.bench.straitrun import render_config
+
+    def route(delivery: str | None, copy: str | None) -> dict[str, Any]:
+        config = render_config(
+            zookeeper=None,
+            root="/r",
+            src_props={},
+            dst_props={},
+            listen="127.0.0.1:1",
+            api_token="t",
+            session_timeout_s=4.0,
+            delivery=delivery,
+            copy=copy,
+            store="kafka",
+        )
+        return dict(config["routes"][0])
+
+    assert route("exactly-once", "batch")["offset_map"] is False
+    assert "offset_map" not in route("exactly-once", None)
+    assert "offset_map" not in route("at-least-once", "batch")

@@ -44,7 +44,11 @@ def _delivery(run: dict[str, Any]) -> str:
 
 
 def _with_copy(label: str, row: dict[str, Any]) -> str:
-    return label + (f", at-least-once {row['copy']}" if row.get("copy") else "")
+    if not row.get("copy"):
+        return label
+    # Exactly-once divides record by record unless the row says otherwise (the older reports' rows).
+    eo = ", exactly-once batch" if row.get("exactly_once_copy") == "batch" else ""
+    return label + f", at-least-once {row['copy']}" + eo
 
 
 def _runs(doc: dict[str, Any], kind: str) -> list[dict[str, Any]]:

@@ -570,7 +570,8 @@ def delivery(
         "default",
         "--copy",
         help="Copy modes of the at-least-once runs: default (the route's), record, batch (comma-separated); "
-        "exactly-once copies record by record (its route keeps the offset map).",
+        "exactly-once runs record by record (its route keeps the offset map) and, with batch among them, also "
+        "in batch mode without the offset map.",
     ),
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,

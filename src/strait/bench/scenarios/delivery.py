@@ -10,9 +10,11 @@ Two measurements, each made for both modes of the route's ``delivery`` key, alte
   (same harness as the latency scenario): arrival minus the send time stamped in the record.
 
 With ``copies`` the at-least-once runs are made once per Strait copy mode (``record``, ``batch``,
-None: the route's default); exactly-once copies record by record (its route keeps the offset
-map, whose runs go into the transactions from record mode only), so it runs once, and each
-ratio names the at-least-once copy mode it divides by.
+None: the route's default). Exactly-once runs once with its route's defaults (the offset map on,
+whose runs go into the transactions from record mode only, so record by record) and, when
+``batch`` is among the copy modes, once more in batch mode without the offset map (whole batches
+inside transactions). Each ratio names the modes it divides: exactly-once batch by at-least-once
+batch where both ran, otherwise exactly-once record by record.
 
 Every run records the machine's load while it ran, and what the Strait processes logged at
 WARNING or above (the transactional producer's errors would show there).
@@ -116,9 +118,12 @@ def delivery(
 
 def variants(copies: Sequence[str | None], n: int) -> list[tuple[str, str | None]]:
     """(delivery, copy mode) of each run of one configuration: at-least-once once per copy mode,
-    exactly-once once (its route, with the offset map, copies record by record); in alternating order,
-    so none always runs first (cold caches, a fresh sandbox)."""
+    exactly-once record by record (its route keeps the offset map) and, with ``batch`` among the
+    copy modes, in batch mode too; in alternating order, so none always runs first (cold caches, a
+    fresh sandbox)."""
     order = [("at-least-once", copy) for copy in dict.fromkeys(copies)] + [("exactly-once", None)]
+    if "batch" in copies:
+        order.append(("exactly-once", "batch"))
     return order if n % 2 == 0 else order[::-1]
 
 
@@ -196,14 +201,20 @@ def delivery_ratios(
     copies: Sequence[str | None] = (None,),
 ) -> dict[str, Any]:
     """Exactly-once / at-least-once, per record size (records/s, CPU s/GB) and per rate (p50, p99);
-    one row per at-least-once copy mode (a row names it as ``copy`` when one was set)."""
+    one row per at-least-once copy mode (a row names it as ``copy`` when one was set, and the
+    exactly-once runs it divides as ``exactly_once_copy``: batch where exactly-once ran in batch
+    mode, else record)."""
+    eo_batches = any(r.get("delivery") == "exactly-once" and r.get("copy") == "batch" for r in runs)
+
+    def eo_copy(copy: str | None) -> str | None:
+        return "batch" if copy == "batch" and eo_batches else None
 
     def avg(kind: str, key: str, value: float, mode: str, copy: str | None, metric: str) -> float | None:
         values = []
         for r in runs:
             if r.get("kind") != kind or r.get(key) != value or r.get("delivery") != mode or r.get("error"):
                 continue
-            if mode == "at-least-once" and r.get("copy") != copy:
+            if r.get("copy") != (copy if mode == "at-least-once" else eo_copy(copy)):
                 continue
             figure = r.get("latency", {}).get(metric) if kind == "latency" else r.get(metric)
             if figure is not None:
@@ -212,6 +223,8 @@ def delivery_ratios(
 
     def row_of(kind: str, key: str, value: float, copy: str | None, metrics: Sequence[str]) -> dict[str, Any]:
         row: dict[str, Any] = {key: value, **({"copy": copy} if copy else {})}
+        if copy:
+            row["exactly_once_copy"] = eo_copy(copy) or "record"
         for metric in metrics:
             alo, eo = (avg(kind, key, value, m, copy, metric) for m in MODES)
             row[f"at_least_once_{metric}"], row[f"exactly_once_{metric}"] = alo, eo
