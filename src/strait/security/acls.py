@@ -92,7 +92,7 @@ REPLICATOR_SOURCE = Role(
     "replicator-source",
     "workers and controllers on a route's source cluster",
     (
-        _topics(Op.READ, "fetch the records of every replicated topic"),
+        _topics(Op.READ, "fetch the records of every replicated topic (and, on two-way routes, __strait_producers)"),
         _topics(Op.DESCRIBE, "metadata, and the earliest/latest offsets (ListOffsets) for start positions and lag"),
         _topics(Op.DESCRIBE_CONFIGS, "copy a topic's configs when its destination topic is created"),
         Permission(
@@ -110,7 +110,9 @@ REPLICATOR_DESTINATION = Role(
     "workers and controllers on a route's destination cluster",
     (
         _topics(Op.CREATE, "create a missing destination topic with the source's partitions and configs"),
-        _topics(Op.WRITE, "produce the copied records"),
+        _topics(
+            Op.WRITE, "produce the copied records (and, on two-way routes, publish producer ids in __strait_producers)"
+        ),
         _topics(Op.DESCRIBE, "metadata and DescribeTopics while waiting for a new topic's leaders"),
         _topics(Op.ALTER, "add partitions when the source topic grew (CreatePartitions)"),
         _topics(Op.DESCRIBE_CONFIGS, "compare a destination topic's configs with the source's (config sync)"),
