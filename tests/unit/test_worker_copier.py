@@ -497,10 +497,9 @@ def test_an_abandoned_partition_is_held_until_its_pipeline_settled_it_and_then_s
     assert pipeline.adds == [(task, 0), (task, 0)] and len(pipeline.settling) == 1
 
 
-def test_an_abandon_forgets_a_partition_assigned_again_while_it_was_being_revoked() -> None:
-    # A worker cut off from coordination forgets its assignment; a partition that was handed
-    # back to it before the cut-off must not start again once its old copy settles, or it
-    # copies beside the owner the controller gives it to next, unknown to the worker's agent.
+def _given_back_while_revoking() -> tuple[Copier, FakePipeline, PartitionTask, PartitionState]:
+    """A copier whose partition, with a record in flight, is being revoked and was assigned again
+    meanwhile: it starts again once the revoke ends."""
     lease = Lease(valid_for_s=60)
     lease.confirm()
     copier, _checkpoints = lease_copier(lease, catchup_lag_threshold=None)
@@ -513,7 +512,15 @@ def test_an_abandon_forgets_a_partition_assigned_again_while_it_was_being_revoke
     pipeline.send(state, 0)  # in flight: the revoke waits for its answer
     copier.revoke([task], timeout_s=0)
     copier._tick()
-    copier.assign([task])  # given back while still being revoked: starts once that ends
+    copier.assign([task])
+    return copier, pipeline, task, state
+
+
+def test_an_abandon_forgets_a_partition_assigned_again_while_it_was_being_revoked() -> None:
+    # A worker cut off from coordination forgets its assignment; a partition that was handed
+    # back to it before the cut-off must not start again once its old copy settles, or it
+    # copies beside the owner the controller gives it to next, unknown to the worker's agent.
+    copier, pipeline, task, state = _given_back_while_revoking()
     copier.abandon()
     pipeline.ack(state, 0)
     for _ in range(3):
@@ -524,19 +531,7 @@ def test_an_abandon_forgets_a_partition_assigned_again_while_it_was_being_revoke
 def test_a_revoke_of_a_partition_waiting_to_start_again_cancels_that_start() -> None:
     # Given back while its old copy was still being handed over, then taken away again before
     # that ended: the agent no longer counts it as its own, so it must not start afterwards.
-    lease = Lease(valid_for_s=60)
-    lease.confirm()
-    copier, _checkpoints = lease_copier(lease, catchup_lag_threshold=None)
-    pipeline: FakePipeline = copier._realtime  # type: ignore[assignment]
-    task = _task()
-    copier.assign([task])
-    for _ in range(3):
-        copier._tick()
-    state = pipeline.states[task]
-    pipeline.send(state, 0)
-    copier.revoke([task], timeout_s=0)
-    copier._tick()
-    copier.assign([task])
+    copier, pipeline, task, state = _given_back_while_revoking()
     copier.revoke([task], timeout_s=0)
     pipeline.ack(state, 0)
     for _ in range(3):
