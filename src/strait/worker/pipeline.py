@@ -324,8 +324,9 @@ class PipelineSettings:
     queued_max_kbytes: int = 16 * 1024
     fetch_max_bytes: int = 8 * 1024 * 1024
     fetch_wait_max_ms: int = 100
-    # Batch pipelines only. While a leader's last fetch answer brought records, the next fetch
-    # asks the broker to gather for up to this long (min_bytes GATHER_MIN_BYTES) instead of
+    # Batch pipelines only. While a leader's last fetch answer brought records and the
+    # destination is still busy with produce requests, the next fetch asks the broker to gather
+    # for as long as that lasts, up to this long (strait.worker.batch.gathering), instead of
     # answering at the first record; an idle leader is long-polled as before. 0: off.
     fetch_gather_ms: int = 0
     # How long librdkafka waits before fetching a partition again once the consumer's queue is

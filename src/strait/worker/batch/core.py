@@ -45,6 +45,11 @@ class LoopCore:
     _pace: PacedFetches
     _stopping: threading.Event
 
+    def _destination_busy_for(self, now: float) -> float | None:
+        """Seconds the destination is expected to stay busy with this pipeline's requests;
+        ``None`` when the pipeline does not time them (gathering fetches use their whole window)."""
+        return None
+
     def _to_record_mode(self, part: BatchPartition, reason: str) -> None:
         """Batches of this partition cannot pass unchanged: the copier moves it to its record
         pipeline, from the checkpoint, once nothing of it is in flight."""

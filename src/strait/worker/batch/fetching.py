@@ -8,6 +8,7 @@ from functools import partial
 from typing import Any
 
 from strait.worker.batch.core import RETRY_BACKOFF_S, LoopCore, log, refusal
+from strait.worker.batch.gathering import fetch_wait
 from strait.worker.batch.link import Links, fetched_partitions
 from strait.worker.batch.partition import BatchPartition
 from strait.worker.batch.provenance import RegistryUnreadable
@@ -19,11 +20,6 @@ OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 AUTHORIZATION_FAILED = {29, 30, 31}
 LEADER_CHANGED = {5, 6, 74, 75, 56}  # refresh the leader and fetch again
-
-# What a gathering fetch (PipelineSettings.fetch_gather_ms) asks the broker to collect before
-# it answers early: more than a caught-up partition set brings within the window, so the window
-# (not the size) ends it; a backlog's answers fill it at once.
-GATHER_MIN_BYTES = 1024 * 1024
 
 
 class Fetching(LoopCore):
@@ -71,6 +67,7 @@ class Fetching(LoopCore):
             if max_bytes <= 0:
                 return
         turn, self._fetch_turn = self._fetch_turn, self._fetch_turn + 1
+        busy_for_s = self._destination_busy_for(now) if by_leader else None
         for leader, parts in by_leader.items():
             # A broker fills an answer capped by max_bytes in request order (KIP-74): a request
             # that always began with the same partitions would, at a low pace (1 MiB answers),
@@ -79,21 +76,22 @@ class Fetching(LoopCore):
             parts = parts[start:] + parts[:start]
             # Long-poll only when no partition of the leader waits outside the request: one
             # left out (its queue full) must not wait a whole poll once its queue drains.
-            wait_ms = 0 if leader in held else settings.fetch_wait_max_ms
-            min_bytes = 1
-            if wait_ms and settings.fetch_gather_ms and leader in self._flowing:
-                # Records are flowing: one answer per window rather than one per record or two,
-                # which at 10,000 records/s over 8 partitions meant a fetch and a produce round
-                # trip about every millisecond, each paid in this loop's Python and in both brokers.
-                wait_ms, min_bytes = min(wait_ms, settings.fetch_gather_ms), GATHER_MIN_BYTES
+            # While records flow, gather them for as long as the destination stays busy
+            # (strait.worker.batch.gathering).
+            wait = fetch_wait(
+                wait_max_ms=0 if leader in held else settings.fetch_wait_max_ms,
+                gather_max_ms=settings.fetch_gather_ms,
+                flowing=leader in self._flowing,
+                busy_for_s=busy_for_s,
+            )
             offsets = {p.source: p.fetch_offset for p in parts}
             future = links.source.fetch(
                 leader,
                 offsets,
                 partition_max_bytes={p.source: p.fetch_bytes for p in parts},
                 max_bytes=max_bytes,
-                max_wait_ms=wait_ms,
-                min_bytes=min_bytes,
+                max_wait_ms=wait.wait_ms,
+                min_bytes=wait.min_bytes,
             )
             for part in parts:
                 part.fetch_pending = True

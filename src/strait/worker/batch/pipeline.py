@@ -35,6 +35,7 @@ from typing import Any
 from strait.worker.batch.budget import PacedFetches
 from strait.worker.batch.core import RETRY_BACKOFF_S, refusal
 from strait.worker.batch.fetching import Fetching
+from strait.worker.batch.gathering import DestinationClock
 from strait.worker.batch.identities import Identities
 from strait.worker.batch.leaders import LeaderCache
 from strait.worker.batch.link import Key, Links
@@ -131,6 +132,7 @@ class BatchPipeline(Fetching, Producing, PipelineLoop):
         # The fetch rate the worker sets while the backlog shares it with realtime partitions
         # (strait.worker.batch.budget); unpaced until told.
         self._pace = PacedFetches(clock=lambda: time.monotonic())
+        self._clock = DestinationClock()
         self._thread = threading.Thread(target=self._run, name=f"strait-copy-{client_id}-{name}", daemon=True)
 
     # -- the Pipeline protocol (any thread) ----------------------------------------------------

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from strait.worker.batch.core import LoopCore, log, refusal
+from strait.worker.batch.gathering import DestinationClock
 from strait.worker.batch.link import Links, produced_partitions
 from strait.worker.batch.partition import BatchPartition, Sent, Verdict
 from strait.worker.pipeline import ACCESS_RETRY_S, REWIND_BACKOFF_S
@@ -21,6 +22,13 @@ PRODUCE_TIMEOUT_MS = 30_000  # how long the destination leader waits for its rep
 
 class Producing(LoopCore):
     """Produce requests out, produce answers in."""
+
+    _clock: DestinationClock
+
+    def _destination_busy_for(self, now: float) -> float | None:
+        # Batches fetched and not yet sent count: this turn sends them right after its fetches.
+        in_flight = any(part.in_flight or part.queue for part in self._parts.values())
+        return self._clock.busy_for(now, in_flight=in_flight)
 
     def _send(self, links: Links, now: float) -> bool:
         """Send what may be sent: resends first, then new batches; True if anything went out."""
@@ -51,6 +59,7 @@ class Producing(LoopCore):
                     leader, {part.destination: sent.data for part, sent in batches}, timeout_ms=PRODUCE_TIMEOUT_MS
                 )
                 self._time_round_trip(future, leader, now)
+                self._clock.sent(now)
                 for part, sent in batches:
                     part.sending(sent, future)
                     if part.state.trace is not None:
@@ -77,6 +86,7 @@ class Producing(LoopCore):
         while part.redo and (part.appended or not part.in_flight):
             sent = part.redo.popleft()
             sent.sent_at = now
+            self._clock.sent(now)
             part.sending(
                 sent, links.destination.produce(leader, {part.destination: sent.data}, timeout_ms=PRODUCE_TIMEOUT_MS)
             )
@@ -101,6 +111,7 @@ class Producing(LoopCore):
     def _after_answer(self, part: BatchPartition, sent: Sent, verdict: Verdict, error: str, now: float) -> None:
         observer = self._observer
         if verdict is Verdict.NOTHING:
+            self._clock.answered(now - sent.sent_at)
             if part.state.trace is not None and sent.records:
                 finish(part.state, now - sent.sent_at)
             if observer is not None:
