@@ -43,7 +43,7 @@ def test_every_decision_keeps_the_invariants(s: PaceSettings, history: list[tupl
     pace = LatencyPace(s)
     assert s.floor <= pace.rate <= s.ceiling
     for window, paced in history:
-        before, budget, cut_before, baseline = pace.rate, pace.budget(), pace.cuts > 0, pace.baseline_s
+        before, budget, cut_from, baseline = pace.rate, pace.budget(), pace.cut_from, pace.baseline_s
         rate = pace.step(window, paced=paced)
         assert s.floor <= rate <= s.ceiling
         if window.arriving:
@@ -56,11 +56,23 @@ def test_every_decision_keeps_the_invariants(s: PaceSettings, history: list[tupl
         assert window.p99_s is not None
         if window.p99_s > budget:
             assert rate <= before  # never grows while over budget
-            assert rate == (before if window.arriving else max(s.floor, before * s.cut))
+            if window.arriving:
+                assert rate == before
+            else:
+                # In proportion to the overshoot, within [cut, mild_cut]; remembered for the recovery.
+                assert max(s.floor, before * s.cut) <= rate <= max(s.floor, before * s.mild_cut)
+                assert pace.cut_from == before
+                if window.p99_s >= budget / s.cut:
+                    assert rate == max(s.floor, before * s.cut)
         else:
             assert rate >= before  # never cut within budget
-            # multiplicative until the first cut, additive after it
-            assert rate == min(s.ceiling, before + s.step if cut_before else before * s.grow)
+            if cut_from is None:
+                assert rate == min(s.ceiling, before * s.grow)  # multiplicative until the first cut
+            elif before < cut_from * s.recover:
+                # back towards the rate that went over, multiplicatively, but not to it
+                assert rate == min(s.ceiling, cut_from * s.recover, before * s.grow)
+            else:
+                assert rate == min(s.ceiling, before + s.step)  # additive near the knee
         assert pace.budget() >= (s.budget_s if s.budget_s is not None else s.min_budget_s)
         assert s.budget_s is not None or pace.budget() <= max(s.max_budget_s, s.default_budget_s)
 
@@ -103,12 +115,20 @@ def test_over_time_the_pace_settles_near_the_fastest_rate_within_budget(knee_mb:
     elif within >= 64 * MB:
         assert set(late) == {64 * MB}  # never over budget: the ceiling
     else:
-        # It probes just past the knee, halves, and grows back: never below half the knee's rate
+        # It probes just past the knee, cuts, and grows back: never below half the knee's rate
         # (beyond the first cuts), and over budget in only a minority of windows.
         assert min(late) >= within * SETTINGS.cut / SETTINGS.grow
         assert max(late) <= within * SETTINGS.grow
         over = sum(latency(r) > budget_s for r in late)
         assert over <= len(late) / 2
+
+
+def test_a_window_just_over_budget_cuts_mildly_and_the_rate_returns_at_once() -> None:
+    pace = LatencyPace(PaceSettings(floor=2 * MB, ceiling=64 * MB, start=20 * MB, budget_s=0.020))
+    assert pace.step(Window(0.021, 1000, 20 * MB), paced=True) == 16 * MB  # 5 % over: 0.8x, not 0.5x
+    assert pace.step(Window(0.010, 1000, 16 * MB), paced=True) == 18 * MB  # back to 0.9x the rate cut
+    assert pace.step(Window(0.010, 1000, 18 * MB), paced=True) == 19 * MB  # then one step a window
+    assert pace.step(Window(0.200, 1000, 19 * MB), paced=True) == 9.5 * MB  # 10x over: halved
 
 
 def test_settings_refuse_a_floor_above_the_ceiling() -> None:
@@ -192,15 +212,16 @@ def test_sharing_paces_by_each_windows_realtime_latency() -> None:
 
     assert window(0.010, 8 * MB) == 10  # within budget: grows
     assert window(0.012, 8 * MB) == 12
-    assert window(0.200, 8 * MB) == 6  # over: halved (only this window's records count)
+    assert window(0.200, 8 * MB) == 6  # far over: halved (only this window's records count)
     assert window(0.010, 0) == 6  # the batch pipeline fetched nothing: a quiet window, held
-    assert window(0.020, 8 * MB) == 7  # after a cut, it grows by a step (1 MB/s)
+    assert window(0.020, 8 * MB) == 8  # after a cut, back towards 0.9x the rate cut, by 1.25x
+    assert sharing.pace is not None and sharing.pace.rate == 6.25 * 1.25 * MB
     realtime.observe(30.0, 200)  # a caught-up backlog's last records, copied by the realtime pipeline
     fetched.total += 8 * MB
     clock.now += 1.0
     sharing.share(True, arriving=frozenset({"caught-up"}))
-    assert sharing.pace.rate == 7.25 * MB  # held, not halved
-    assert sharing.rate == 7.25 * MB
+    assert sharing.pace.rate == 6.25 * 1.25 * MB  # held, not cut
+    assert sharing.rate == 6.25 * 1.25 * MB
     for _ in range(10):
         window(0.010, 8 * MB)
     assert sharing.pace.rate == 16 * MB  # the ceiling
@@ -247,7 +268,7 @@ def test_a_window_with_a_backlog_s_last_records_is_judged_by_the_other_topics_re
     # Every realtime topic is finishing a backlog: nothing else to judge by, the pace holds.
     assert window(0.010, 30.0, frozenset({"caught-up", "live"})) == 5
     # Once no topic arrives, every topic counts again (the old one's records are live now).
-    assert window(0.010, 0.010, frozenset()) == 6
+    assert window(0.010, 0.010, frozenset()) == 6.25  # back towards 0.9x the rate cut, by 1.25x
 
 
 def test_idle_realtime_partitions_leave_the_backlog_unpaced_until_their_records_flow_again() -> None:

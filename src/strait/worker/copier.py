@@ -43,8 +43,9 @@ REALTIME = "realtime"
 CATCHUP = "catchup"
 BATCH = "batch"
 REALTIME_BATCH = "realtime-batch"  # a batch route's caught-up partitions, in batch mode
-# The realtime batch pipeline's fetch gathering window (PipelineSettings.fetch_gather_ms): it
-# runs only while caught-up partitions bring thousands of records a second (realtime_copy: auto).
+# The longest fetch gathering window of the realtime batch pipeline (PipelineSettings.fetch_gather_ms,
+# strait.worker.batch.gathering): it runs only while caught-up partitions bring thousands of
+# records a second (realtime_copy: auto).
 GATHER_MS = 5
 # A revoke still waiting for the destination's answers this long is logged; the partition stays
 # held until every record in flight was acknowledged or failed.

@@ -7,11 +7,16 @@ fast for a loaded machine or too slow for an idle one. :class:`LatencyPace` sets
 what the realtime records see, once per window (the copier's one-second classification):
 
 - a window whose p99 (source timestamp to destination acknowledgement, realtime pipeline only)
-  is over the budget cuts the rate by ``cut``; one within it lets the rate grow: by ``grow``
-  until the first cut (a backlog reaches a fast pace in a few seconds on an idle machine), by
-  ``step`` after it (AIMD: near the rate the machine can take, each probe past it is small, so
-  the realtime tail rises less; a quiet run that grew 1.25x a second after each cut overshot to
-  11-15 MB/s with window p99s of 108-198 ms against a 33.5 ms budget);
+  is over the budget cuts the rate: by ``budget / p99``, at least to ``mild_cut`` and at most
+  to ``cut`` (one window's p99 is the tenth-slowest of a thousand records: a window just over
+  the budget is as often noise as a rate past the knee, and halving on it cost a drain seconds);
+- one within it lets the rate grow: by ``grow`` until the first cut (a backlog reaches a fast
+  pace in a few seconds on an idle machine); after a cut, by ``grow`` again up to ``recover``
+  times the rate that went over, and by ``step`` beyond it (AIMD near the rate the machine can
+  take: each probe past it is small, so the realtime tail rises less; a quiet run that grew
+  1.25x a second past its last cut overshot to 11-15 MB/s with window p99s of 108-198 ms
+  against a 33.5 ms budget, and one that grew by steps from half the rate took most of its
+  drain to return);
 - the rate stays within [floor, ceiling]: the floor makes every backlog drain, however busy the
   machine;
 - a window with fewer than ``min_samples`` realtime records says nothing: the rate holds;
@@ -52,16 +57,19 @@ class PaceSettings:
     grow: float = 1.25
     step: float = 1_000_000.0
     cut: float = 0.5
+    mild_cut: float = 0.8
+    recover: float = 0.9
     min_samples: int = 20
     quiet_bytes: int = 256 * 1024
 
     def __post_init__(self) -> None:
         if not 0 < self.floor <= self.ceiling:
             raise ValueError(f"a pace needs 0 < floor <= ceiling, got {self.floor} and {self.ceiling}")
-        if not (self.grow > 1 and 0 < self.cut < 1 and self.step > 0):
+        if not (self.grow > 1 and 0 < self.cut <= self.mild_cut < 1 and self.step > 0 and 0 < self.recover <= 1):
             raise ValueError(
-                f"a pace grows by more than 1 (and a positive step) and cuts by less, got {self.grow}, "
-                f"{self.step} and {self.cut}"
+                f"a pace grows by more than 1 (and a positive step), cuts by less (cut <= mild_cut) and "
+                f"recovers to at most the rate it cut, got {self.grow}, {self.step}, {self.cut}, {self.mild_cut} "
+                f"and {self.recover}"
             )
 
 
@@ -85,6 +93,8 @@ class LatencyPace:
         self.rate = min(settings.ceiling, max(settings.floor, settings.start))
         self.baseline_s: float | None = None
         self.cuts = 0
+        # The rate the last cut came from: growth is multiplicative up to ``recover`` times it.
+        self.cut_from: float | None = None
         self.last: str = "start"  # the last decision, for the log and tests
 
     def budget(self) -> float:
@@ -119,10 +129,28 @@ class LatencyPace:
             if window.arriving:
                 self.last = "hold: a caught-up backlog's last records"
                 return self.rate
-            self.rate = max(s.floor, self.rate * s.cut)
+            self.cut_from = self.rate
+            self.rate = max(s.floor, self.rate * cut_factor(s, self.budget(), window.p99_s))
             self.cuts += 1
             self.last = "cut"
         else:
-            self.rate = min(s.ceiling, self.rate * s.grow if self.cuts == 0 else self.rate + s.step)
+            self.rate = min(s.ceiling, grown(s, self.rate, self.cut_from))
             self.last = "grow"
         return self.rate
+
+
+def cut_factor(settings: PaceSettings, budget_s: float, p99_s: float) -> float:
+    """What a window over budget multiplies the rate by: in proportion to the overshoot, within
+    [cut, mild_cut]."""
+    return max(settings.cut, min(settings.mild_cut, budget_s / p99_s))
+
+
+def grown(settings: PaceSettings, rate: float, cut_from: float | None) -> float:
+    """The rate after a window within budget (before the ceiling): multiplied by ``grow`` until
+    the first cut and, after one, up to ``recover`` times the rate it cut; by ``step`` above."""
+    if cut_from is None:
+        return rate * settings.grow
+    recovered = cut_from * settings.recover
+    if rate < recovered:
+        return min(recovered, rate * settings.grow)
+    return rate + settings.step
