@@ -497,7 +497,7 @@ class BatchSharingConfig(_Model):
 
     ``pace: latency`` (the default) sets the rate from the realtime partitions' own end-to-end
     p99 on this worker (strait.worker.batch.pace): it grows while the p99 stays within the
-    budget and is halved when it goes over, between ``floor_mb_s`` and ``ceiling_mb_s``. The
+    budget and is cut (by up to half) when it goes over, between ``floor_mb_s`` and ``ceiling_mb_s``. The
     budget is ``latency_budget_ms``, or, unset, ``budget_ratio`` times the p99 the worker saw
     while no backlog drained. ``pace: fixed`` fetches at ``fixed_mb_s``.
     """

@@ -271,6 +271,27 @@ def test_a_window_with_a_backlog_s_last_records_is_judged_by_the_other_topics_re
     assert window(0.010, 0.010, frozenset()) == 6.25  # back towards 0.9x the rate cut, by 1.25x
 
 
+def test_a_window_in_which_a_realtime_partition_fell_behind_holds_the_pace() -> None:
+    clock, realtime, fetched = Clock(), Realtime(), Fetched()
+    config = BatchSharingConfig(start_mb_s=8, floor_mb_s=2, ceiling_mb_s=16, latency_budget_ms=30)
+    sharing = Sharing(config, clock=clock, latency=realtime, fetched=fetched)
+    realtime.observe(0.010, 1000)
+    sharing.share(True)
+
+    def window(latency_s: float, *, leaving: bool) -> float:
+        realtime.observe(latency_s, 1000)
+        fetched.total += 8 * MB
+        clock.now += 1.0
+        sharing.share(True, leaving=leaving)
+        assert sharing.pace is not None
+        return sharing.pace.rate / MB
+
+    # Realtime records queued behind a backlog the realtime pipeline copied: held, not cut.
+    assert window(0.200, leaving=True) == 8
+    assert window(0.010, leaving=True) == 10  # within budget: grows as usual
+    assert window(0.200, leaving=False) == 5  # the same tail with no partition leaving: cut
+
+
 def test_idle_realtime_partitions_leave_the_backlog_unpaced_until_their_records_flow_again() -> None:
     clock, realtime, fetched = Clock(), Realtime(), Fetched()
     config = BatchSharingConfig(start_mb_s=8, floor_mb_s=2, ceiling_mb_s=16, latency_budget_ms=30)

@@ -304,6 +304,7 @@ class SharingPipe(Pipe):
         self.settled: list[bool] = []
         self.arriving: list[bool] = []
         self.arriving_topics: list[frozenset[str]] = []
+        self.leaving: list[bool] = []
 
     def share(
         self,
@@ -311,11 +312,13 @@ class SharingPipe(Pipe):
         *,
         settled: bool = False,
         arriving: frozenset[str] = frozenset(),
+        leaving: bool = False,
     ) -> None:
         self.told.append(realtime)
         self.settled.append(settled)
         self.arriving.append(bool(arriving))
         self.arriving_topics.append(arriving)
+        self.leaving.append(leaving)
 
 
 def test_the_batch_pipeline_is_told_while_realtime_partitions_share_the_worker() -> None:
@@ -388,6 +391,29 @@ def test_the_pace_is_told_while_a_caught_up_backlog_finishes_in_the_realtime_pip
     placement.classify(entries, 15.0)
     assert batch.arriving[-2:] == [True, False]
     assert batch.told[-1] is True  # still sharing with the other backlog partition
+
+
+def test_the_pace_is_told_while_a_realtime_partition_falls_behind_by_a_backlog() -> None:
+    """A backlog appearing at once in a caught-up partition (a large transaction committed, a
+    producer's outage over) is partly copied by the realtime pipeline before the partition moves
+    out: the windows until it left are flagged, none before or after."""
+    placement, _ = _setup()
+    batch = SharingPipe("batch")
+    placement.batch = batch  # type: ignore[assignment]
+    live = _start(placement, 5)
+    entries = [live, _backlog(placement, 0, 4 * THRESHOLD)]
+    placement.classify(entries, 10.0)
+    assert batch.leaving == [False]
+    live.state.source_end = 5 + 2 * THRESHOLD  # the backlog appears
+    placement.classify(entries, 11.0)
+    assert batch.leaving[-1] is True
+    assert live.phase == "moving" and live.target is batch
+    placement.classify(entries, 12.0)
+    assert batch.leaving[-1] is True  # the realtime pipeline holds it until released
+    placement.advance(live, 12.5)
+    assert live.pipeline is batch
+    placement.classify(entries, 13.0)
+    assert batch.leaving[-1] is False
 
 
 def _arrive(placement: Moves, pipes: dict[str, Pipe], end: int) -> tuple[list[Entry], Entry, SharingPipe]:

@@ -325,7 +325,18 @@ class Moves:
             bool(running) and any(e.pipeline is self.batch for e in entries),
             settled=all(map(settled, running)),
             arriving=frozenset(arriving),
+            leaving=any(self._leaving(e) for e in entries),
         )
+
+    def _leaving(self, entry: Entry) -> bool:
+        """A realtime partition behind by a backlog (beyond the catch-up threshold), or on its
+        way out to a lagging pipeline: the realtime pipeline copied some of that backlog."""
+        if not self.realtime_role(entry.pipeline) or entry.state.failed:
+            return False
+        if entry.target is not None:
+            return not self.realtime_role(entry.target)
+        lag = entry.state.lag
+        return self.threshold is not None and lag is not None and lag > self.threshold
 
     def target(self, entry: Entry, lag: int, now: float = 0.0) -> Pipeline | None:
         """Where a running partition with fetch lag ``lag`` belongs now, if elsewhere."""

@@ -320,9 +320,12 @@ class PipelineSettings:
     """Bounds and latency knobs of one pipeline; defaults suit a realtime pipeline."""
 
     batch_size: int = 1000
-    # Pre-fetched source data held by librdkafka, bounded per consumer.
-    queued_max_kbytes: int = 16 * 1024
-    fetch_max_bytes: int = 8 * 1024 * 1024
+    # Pre-fetched source data held by librdkafka, bounded per consumer, and the most one fetch
+    # answer brings. A realtime pipeline's partitions are caught up, so these bound only what it
+    # takes of a backlog appearing at once (a large transaction committed) before the partition
+    # moves to a lagging pipeline: records the realtime records would queue behind.
+    queued_max_kbytes: int = 2 * 1024
+    fetch_max_bytes: int = 2 * 1024 * 1024
     fetch_wait_max_ms: int = 100
     # Batch pipelines only. While a leader's last fetch answer brought records and the
     # destination is still busy with produce requests, the next fetch asks the broker to gather

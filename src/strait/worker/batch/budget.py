@@ -153,15 +153,19 @@ class Sharing:
         *,
         settled: bool = False,
         arriving: frozenset[str] = frozenset(),
+        leaving: bool = False,
     ) -> None:
         """Realtime partitions run in this worker (True) or not any more (False); ``settled``:
         they have every record they know of acknowledged; ``arriving``: the destination topics
         of those that came from a backlog and may have copied its last records in this window
-        (the window is judged by the other topics' records; with none, the pace holds). Called
-        once a second (the copier's classification): each call ends a pacing window."""
+        (the window is judged by the other topics' records; with none, the pace holds);
+        ``leaving``: a realtime partition fell behind by a backlog in this window and copied
+        some of it before its move out (the realtime records waited behind them in the realtime
+        pipeline, whatever the pace: it holds). Called once a second (the copier's
+        classification): each call ends a pacing window."""
         # (A window that ran unpaced because the realtime side was idle taught nothing about
         # the pace.)
-        self._end_window(paced=self.paced, settled=settled, arriving=arriving)
+        self._end_window(paced=self.paced, settled=settled, arriving=arriving, leaving=leaving)
         self.shared = shared and self.config.enabled
 
     @property
@@ -180,6 +184,7 @@ class Sharing:
         paced: bool,
         settled: bool = False,
         arriving: frozenset[str] = frozenset(),
+        leaving: bool = False,
     ) -> None:
         pace, probe = self.pace, self._latency
         if pace is None or probe is None:
@@ -197,6 +202,7 @@ class Sharing:
             # such window would keep it high while the realtime topic's own p99 is far over
             # the budget.
             window, held_back = others, False
+        held_back = held_back or leaving
         fetched = self._fetched_of()
         batch_bytes, self._fetched_seen = fetched - self._fetched_seen, fetched
         before = pace.rate
@@ -213,13 +219,13 @@ class Sharing:
         if (
             held_back
             and window is not None
-            and pace.last.startswith("hold: a caught-up")
+            and pace.last.startswith("hold: a backlog's records")
             and ((window.quantile(0.99) or 0) > pace.budget())
         ):
             # (A cut the backlog's last records would have made: the log of a run says whether
             # holding mattered.)
             log.info(
-                "batch pace holds at %.1f MB/s: a caught-up backlog may have finished in the realtime "
+                "batch pace holds at %.1f MB/s: a backlog's records were copied in the realtime "
                 "pipeline (realtime p99 %.1f ms over %d records, budget %.1f ms)",
                 rate / 1e6,
                 (window.quantile(0.99) or 0) * 1000,

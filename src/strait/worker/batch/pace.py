@@ -21,10 +21,11 @@ what the realtime records see, once per window (the copier's one-second classifi
   machine;
 - a window with fewer than ``min_samples`` realtime records says nothing: the rate holds;
 - a window in which a partition that had just caught up a backlog may have finished in the
-  realtime pipeline (``arriving``) neither cuts nor teaches the baseline: such a partition's
-  last records (up to a quarter of the catch-up threshold) are as old as the backlog and would
-  set the p99 with a wait that is the backlog's, not what the realtime records see. Within the
-  budget it grows as usual (old records can only raise a p99);
+  realtime pipeline, or in which a realtime partition fell behind by a backlog and copied some
+  of it before moving out (``arriving``), neither cuts nor teaches the baseline: such records
+  are as old as the backlog and would set the p99 with a wait that is the backlog's, and the
+  realtime records queued behind them waited for the realtime pipeline, not for the backlog's
+  pace. Within the budget it grows as usual (old records can only raise a p99);
 - the budget is ``budget_s`` when given, else ``budget_ratio`` times the baseline, the realtime
   p99 learned in quiet windows (the batch pipeline moved less than ``quiet_bytes`` in them),
   within [``min_budget_s``, ``max_budget_s``]; before any quiet window, ``default_budget_s``.
@@ -115,7 +116,7 @@ class LatencyPace:
             return self.rate
         if window.batch_bytes < s.quiet_bytes:
             if window.arriving:
-                self.last = "hold: a caught-up backlog's last records"
+                self.last = "hold: a backlog's records in the realtime pipeline"
                 return self.rate
             # The realtime records' latency without a backlog beside them.
             known = self.baseline_s
@@ -127,7 +128,7 @@ class LatencyPace:
             return self.rate
         if window.p99_s > self.budget():
             if window.arriving:
-                self.last = "hold: a caught-up backlog's last records"
+                self.last = "hold: a backlog's records in the realtime pipeline"
                 return self.rate
             self.cut_from = self.rate
             self.rate = max(s.floor, self.rate * cut_factor(s, self.budget(), window.p99_s))

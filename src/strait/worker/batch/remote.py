@@ -223,12 +223,14 @@ class BacklogProcess:
         *,
         settled: bool = False,
         arriving: frozenset[str] = frozenset(),
+        leaving: bool = False,
     ) -> None:
         """The worker's realtime pipelines hold partitions (True) or none: while they do, the
         child's fetches are paced (strait.worker.batch.budget.Sharing). ``settled``: the realtime
         partitions have every record they know of acknowledged; ``arriving``: the destination
-        topics of those that came from a backlog lately and are finishing it."""
-        self._sharing.share(realtime, settled=settled, arriving=arriving)
+        topics of those that came from a backlog lately and are finishing it; ``leaving``: a
+        realtime partition fell behind by a backlog and is moving out."""
+        self._sharing.share(realtime, settled=settled, arriving=arriving, leaving=leaving)
         rate = self._sharing.rate
         if rate != self._pace:
             self._pace = rate
