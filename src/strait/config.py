@@ -512,7 +512,7 @@ class BatchSharingConfig(_Model):
         description="`latency`: the fetch rate follows the realtime partitions' p99; `fixed`: `fixed_mb_s`.",
     )
     fixed_mb_s: float = Field(default=32.0, gt=0, description="The fetch rate of `pace: fixed`, in MB/s.")
-    start_mb_s: float = Field(default=8.0, gt=0, description="The latency pace's first rate, in MB/s.")
+    start_mb_s: float = Field(default=16.0, gt=0, description="The latency pace's first rate, in MB/s.")
     floor_mb_s: float = Field(
         default=2.0, gt=0, description="The latency pace's lowest rate, in MB/s (a backlog always drains)."
     )

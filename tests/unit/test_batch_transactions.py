@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from strait.worker.batch.sequences import ProducerIdentity
 from strait.worker.batch.transactions import (
+    CONCURRENT_BACKOFF_S,
     GROUP_COORDINATOR,
     Answer,
     Key,
@@ -153,16 +154,21 @@ def test_an_abort_renews_the_epoch_with_the_current_producer() -> None:
 # -- errors --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("code", [14, 51])
-def test_load_in_progress_and_concurrent_transactions_are_retried_after_a_backoff(code: int) -> None:
+@pytest.mark.parametrize(("code", "first_s"), [(14, 0.5), (51, CONCURRENT_BACKOFF_S)])
+def test_load_in_progress_and_concurrent_transactions_are_retried_after_a_backoff(code: int, first_s: float) -> None:
+    """CONCURRENT_TRANSACTIONS (the last transaction's markers not all written yet) lasts a few
+    milliseconds: its first retry comes sooner than the configured backoff, and each next one
+    twice as late."""
     m = model(retry_backoff_s=0.5)
     (find,) = m.due(0.0)
     m.answered(find.id, ok(find), 0.0)
     (init,) = m.due(0.0)
     m.answered(init.id, Answer(error=code), 0.0)
-    assert m.due(0.1) == [] and m.next_wakeup(0.1) == 0.5
-    (again,) = m.due(0.5)
+    assert m.due(first_s / 2) == [] and m.next_wakeup(first_s / 2) == first_s
+    (again,) = m.due(first_s)
     assert again.kind is Kind.INIT_PRODUCER_ID
+    m.answered(again.id, Answer(error=code), first_s)
+    assert m.due(first_s * 2.5) == [] and m.next_wakeup(first_s) == pytest.approx(first_s * 3)
 
 
 def test_not_coordinator_looks_the_coordinator_up_again() -> None:

@@ -396,7 +396,7 @@ def test_the_pace_is_told_while_a_caught_up_backlog_finishes_in_the_realtime_pip
 def test_the_pace_is_told_while_a_realtime_partition_falls_behind_by_a_backlog() -> None:
     """A backlog appearing at once in a caught-up partition (a large transaction committed, a
     producer's outage over) is partly copied by the realtime pipeline before the partition moves
-    out: the windows until it left are flagged, none before or after."""
+    out: the windows until the one in which it left are flagged, none before or after."""
     placement, _ = _setup()
     batch = SharingPipe("batch")
     placement.batch = batch  # type: ignore[assignment]
@@ -413,6 +413,8 @@ def test_the_pace_is_told_while_a_realtime_partition_falls_behind_by_a_backlog()
     placement.advance(live, 12.5)
     assert live.pipeline is batch
     placement.classify(entries, 13.0)
+    assert batch.leaving[-1] is True  # the window in which it left: realtime records behind it
+    placement.classify(entries, 14.0)
     assert batch.leaving[-1] is False
 
 

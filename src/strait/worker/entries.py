@@ -105,6 +105,9 @@ class Entry:
     # then. The batch pipeline's latency pace discounts the windows until the partition is
     # acknowledged up to it (strait.worker.moves).
     arriving_end: int | None = None
+    # When the partition last moved out of a realtime pipeline to a lagging one: the realtime
+    # records queued behind its backlog there may still be acknowledged in the next window.
+    left_realtime_at: float | None = None
 
 
 def snapshot(entry: Entry, earlier: tuple[int, int, int] | None = None) -> PartitionStats:

@@ -233,6 +233,8 @@ class Moves:
         source = entry.pipeline
         if self.realtime_role(target) and source in (self.batch, self.catchup):
             entry.arriving_end = state.source_end
+        if self.realtime_role(source) and not self.realtime_role(target):
+            entry.left_realtime_at = now
         from_batch_mode = self.batch_mode(source)
         if from_batch_mode and state.mode == "record":
             # Handed to record mode by a batch pipeline (possibly while this move was on its
@@ -325,12 +327,16 @@ class Moves:
             bool(running) and any(e.pipeline is self.batch for e in entries),
             settled=all(map(settled, running)),
             arriving=frozenset(arriving),
-            leaving=any(self._leaving(e) for e in entries),
+            leaving=any(self._leaving(e, now) for e in entries),
         )
 
-    def _leaving(self, entry: Entry) -> bool:
-        """A realtime partition behind by a backlog (beyond the catch-up threshold), or on its
-        way out to a lagging pipeline: the realtime pipeline copied some of that backlog."""
+    def _leaving(self, entry: Entry, now: float) -> bool:
+        """A realtime partition behind by a backlog (beyond the catch-up threshold), on its way
+        out to a lagging pipeline, or gone there within the window: the realtime pipeline copied
+        some of that backlog, and its realtime records queued behind it."""
+        left = entry.left_realtime_at
+        if left is not None and now - left <= CLASSIFY_INTERVAL_S:
+            return True
         if not self.realtime_role(entry.pipeline) or entry.state.failed:
             return False
         if entry.target is not None:

@@ -27,7 +27,10 @@ The order of one transaction, as the Java producer's ``TransactionManager`` orde
    ends without a request.
 
 Errors: ``COORDINATOR_LOAD_IN_PROGRESS`` and ``CONCURRENT_TRANSACTIONS`` (the previous
-transaction's markers still being written) are retried after a backoff; ``NOT_COORDINATOR``
+transaction's markers still being written) are retried after a backoff, the latter's first
+retry after only CONCURRENT_BACKOFF_S (it answers every transaction's first AddPartitionsToTxn
+that comes sooner than the markers are written, a few milliseconds on a healthy cluster, and a
+transaction waits for it: a longer backoff is paid by every transaction); ``NOT_COORDINATOR``
 and ``COORDINATOR_NOT_AVAILABLE`` look the coordinator up again first. Fencing
 (``PRODUCER_FENCED``, ``INVALID_PRODUCER_EPOCH``: another session took the transactional id)
 and errors no retry can mend (``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``, an invalid transaction
@@ -73,6 +76,7 @@ OPERATION_NOT_ATTEMPTED = 55
 PRODUCER_FENCED = 90
 
 _RETRY = {COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, REQUEST_TIMED_OUT, NETWORK_EXCEPTION}
+CONCURRENT_BACKOFF_S = 0.005
 _MOVED = {COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}
 _FENCED = {PRODUCER_FENCED, INVALID_PRODUCER_EPOCH}
 _DEAD = {TRANSACTIONAL_ID_AUTHORIZATION_FAILED, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING}
@@ -471,10 +475,11 @@ class TransactionModel:
 
     # -- answers ---------------------------------------------------------------------------
 
-    def _backoff(self, step: Hashable, now: float) -> None:
+    def _backoff(self, step: Hashable, now: float, *, base_s: float | None = None) -> None:
         n = self._failures.get(step, 0)
         self._failures[step] = n + 1
-        self._not_before[step] = now + min(self.max_backoff_s, self.retry_backoff_s * 2**n)
+        base = self.retry_backoff_s if base_s is None else min(base_s, self.retry_backoff_s)
+        self._not_before[step] = now + min(self.max_backoff_s, base * 2**n)
 
     def _succeeded(self, step: Hashable) -> None:
         self._failures.pop(step, None)
@@ -510,7 +515,7 @@ class TransactionModel:
         if worst in _MOVED or worst in _RETRY:
             if worst in _MOVED:
                 self._forget_coordinator(request)
-            self._backoff(step, now)
+            self._backoff(step, now, base_s=CONCURRENT_BACKOFF_S if worst == CONCURRENT_TRANSACTIONS else None)
             self._retry(request)
             return
         if worst != NONE:
