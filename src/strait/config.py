@@ -334,6 +334,14 @@ class RouteConfig(_Model):
     # exactly-once only: a transaction is committed at least this often (and sooner when
     # transaction_max_bytes were produced in it).
     transaction_interval_ms: int = Field(default=100, ge=10, le=60_000)
+    transaction_linger_ms: int = Field(
+        default=20,
+        ge=0,
+        le=60_000,
+        description="Exactly-once batch pipelines only: a transaction whose partitions have copied all their "
+        "source holds commits once it is this old, before `transaction_interval_ms` is up (longer: fewer, larger "
+        "transactions; shorter: records visible sooner).",
+    )
     transaction_max_bytes: int = Field(
         default=16 * 1024 * 1024,
         ge=1024,

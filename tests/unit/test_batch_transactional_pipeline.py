@@ -253,6 +253,9 @@ def setup(
 ) -> tuple[TransactionalBatchPipeline, FakeCluster, FakeSource, Clock]:
     cluster, clock = FakeCluster(), Clock()
     src = make_source(logs)
+    # Scenarios that hold a transaction open set a long interval: no early commit either,
+    # unless they ask for one.
+    options.setdefault("transaction_linger_s", 1000.0)
     pipeline = TransactionalBatchPipeline(
         name="txb",
         source={},
@@ -570,7 +573,11 @@ def test_generated_histories_keep_the_invariants(data: st.DataObject) -> None:
     logs = {key: SourceLog() for key in KEYS}
     for log in logs.values():
         log.plain(data.draw(st.integers(0, 3)))
-    pipeline, cluster, src, _ = setup(logs, transaction_interval_s=data.draw(st.sampled_from([0.0, 0.05, 0.3])))
+    pipeline, cluster, src, _ = setup(
+        logs,
+        transaction_interval_s=data.draw(st.sampled_from([0.0, 0.05, 0.3])),
+        transaction_linger_s=data.draw(st.sampled_from([0.0, 0.02, 1000.0])),
+    )
     assigned: dict[Key, PartitionState] = {}
     waiting: list[tuple[Key, PartitionState, threading.Event]] = []
 
@@ -686,4 +693,57 @@ def test_transaction_max_bytes_splits_a_backlog_into_transactions() -> None:
     written = [txn for txn in cluster.txns if txn.writes]
     assert len(written) == 5 and all(len(txn.writes) == 1 and txn.status == "committed" for txn in written)
     assert [txn.offsets[("t", 0)] for txn in written] == [3, 6, 9, 12, 15]
+    check_committed(cluster, logs)
+
+
+def test_a_caught_up_transaction_commits_once_it_lingered() -> None:
+    logs = {("t", 0): SourceLog(), ("t", 1): SourceLog()}
+    pipeline, cluster, src, clock = setup(logs, transaction_interval_s=1000.0, transaction_linger_s=0.02)
+    states = [start(pipeline, key) for key in logs]
+    run(pipeline, lambda: all(cluster.group.get(key) == 0 for key in logs))
+    logs[("t", 0)].plain(4)
+    src.logs = {k: v.raws for k, v in logs.items()}
+    run(pipeline, lambda: states[0].tracker is not None and states[0].tracker.next_offset == 12)
+    opened = clock.now
+    run(pipeline, lambda: states[0].checkpoint == 12)
+    # Long before the interval: both partitions had fetched everything the source held.
+    assert clock.now - opened < 1.0
+    assert cluster.group[("t", 0)] == 12 and cluster.group[("t", 1)] == 0
+    check_committed(cluster, logs)
+
+
+class BehindSource(FakeSource):
+    """A source whose fetch answers say more is stable than they bring (as when an answer is
+    cut at its size limit)."""
+
+    def end(self, key: Key) -> int:
+        return super().end(key) + 100
+
+
+def test_a_transaction_with_more_to_fetch_waits_for_the_interval() -> None:
+    logs = {("t", 0): SourceLog()}
+    cluster, clock = FakeCluster(), Clock()
+    src = BehindSource({})
+    pipeline = TransactionalBatchPipeline(
+        name="txb",
+        source={},
+        destination={},
+        client_id="c",
+        transactional_id=TXN_ID,
+        checkpoint_group=GROUP,
+        links=FakeLinks(src, clock),  # type: ignore[arg-type]
+        session_factory=lambda link: FakeSession(cluster, TXN_ID),
+        clock=clock,
+        transaction_interval_s=0.5,
+        transaction_linger_s=0.0,
+    )
+    src.logs = {("t", 0): logs[("t", 0)].raws}
+    state = start(pipeline, ("t", 0))
+    run(pipeline, lambda: cluster.group.get(("t", 0)) == 0)
+    logs[("t", 0)].plain(4)
+    run(pipeline, lambda: state.tracker is not None and state.tracker.next_offset == 12)
+    written = clock.now
+    run(pipeline, lambda: state.checkpoint == 12)
+    assert clock.now - written >= 0.5 - 0.06  # the interval, less the steps it had begun before
+    assert not pipeline._parts[("t", 0)].at_end
     check_committed(cluster, logs)

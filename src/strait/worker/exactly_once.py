@@ -66,7 +66,12 @@ def exactly_once_parts(
         ),
     }
     if batches:
-        parts["batch_factory"] = partial(transactional_batches, transactional_ids=ids, **transactions)
+        parts["batch_factory"] = partial(
+            transactional_batches,
+            transactional_ids=ids,
+            transaction_linger_s=route.transaction_linger_ms / 1000,
+            **transactions,
+        )
     return parts
 
 

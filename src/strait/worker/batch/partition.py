@@ -118,6 +118,9 @@ class BatchPartition:
         # Bumped whenever the fetch position changes: an older fetch answer is dropped.
         self.generation = 0
         self.fetch_pending = False
+        # The last fetch answer reached the source's last stable offset: nothing more to copy
+        # for now (an exactly-once pipeline may commit its transaction early then).
+        self.at_end = False
         self.active = True  # fetching and sending; False once released or handed to record mode
         self.wait_until = 0.0  # backoff before the next fetch or resend
         self.rewind_due = False
@@ -197,6 +200,7 @@ class BatchPartition:
             # One batch larger than the fetch size: ask for more next time.
             self.fetch_bytes = min(MAX_PARTITION_FETCH_BYTES, self.fetch_bytes * 2)
         self.fetch_offset = max(self.fetch_offset, selection.next_fetch_offset)
+        self.at_end = self.fetch_offset >= fetched.last_stable_offset
         return None
 
     # -- sending ---------------------------------------------------------------------------
@@ -340,6 +344,7 @@ class BatchPartition:
         self.queue.clear()
         self.queued_bytes = 0
         self.fetch_offset = position
+        self.at_end = False
         self.identity = None
         self.appended = False
         self.next_sequence = 0

@@ -13,8 +13,10 @@ One transaction, on the loop's thread:
 1. the first batch (or a partition added or moved without one) begins it; every fetched batch
    is written (``write``, sent by the next ``pump``) and registered with the partition's
    tracker, unacknowledged;
-2. every ``transaction_interval_s``, once ``transaction_max_bytes`` were written, or when a
-   partition of it is released: ``flush`` (every batch appended), ``send_offsets`` (per
+2. every ``transaction_interval_s``, once ``transaction_max_bytes`` were written, when a
+   partition of it is released, or once it is ``transaction_linger_s`` old with every partition
+   caught up with its source (nothing queued, the last fetch at the last stable offset: waiting
+   longer adds latency and no records): ``flush`` (every batch appended), ``send_offsets`` (per
    destination topic and partition, the next source offset, in the route's destination group,
    as :func:`~strait.worker.transactional_checkpoints.transaction_offsets` keys them),
    ``commit``;
@@ -71,6 +73,7 @@ log = logging.getLogger(__name__)
 __all__ = ["Session", "TransactionalBatchPipeline"]
 
 TRANSACTION_INTERVAL_S = 0.1
+TRANSACTION_LINGER_S = 0.02
 TRANSACTION_MAX_BYTES = 16 * 1024 * 1024
 CALL_TIMEOUT_S = 30.0
 TRANSACTION_TIMEOUT_MS = 60_000
@@ -125,6 +128,7 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         links: Links | None = None,
         session_factory: Callable[[ClusterLink], Session] | None = None,
         transaction_interval_s: float = TRANSACTION_INTERVAL_S,
+        transaction_linger_s: float = TRANSACTION_LINGER_S,
         transaction_max_bytes: int = TRANSACTION_MAX_BYTES,
         transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS,
         call_timeout_s: float = CALL_TIMEOUT_S,
@@ -143,6 +147,7 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         self._links = links
         self._clock = clock
         self._interval_s = transaction_interval_s
+        self._linger_s = min(transaction_linger_s, transaction_interval_s)
         self._max_bytes = transaction_max_bytes
         self._transaction_timeout_ms = transaction_timeout_ms
         self._call_timeout_s = call_timeout_s
@@ -265,11 +270,10 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
     def _idle_s(self, now: float) -> float:
         """How long the poll may wait for an answer: until the open transaction is due at most
         (any answer, fetched or produced, ends the wait sooner)."""
-        if not self._txn:
+        due = self._commit_at(now)
+        if due is None:
             return 0.05
-        if self._commit_soon or self._txn_bytes >= self._max_bytes:
-            return 0.0
-        return max(0.0, min(0.05, self._opened_at + self._interval_s - now))
+        return max(0.0, min(0.05, due - now))
 
     def _shutdown(self) -> None:
         self._run_commands()
@@ -467,14 +471,27 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         return session
 
     def _commit_due(self, now: float) -> bool:
+        due = self._commit_at(now)
+        return due is not None and now >= due
+
+    def _commit_at(self, now: float) -> float | None:
+        """When the open transaction is due to commit; None with nothing to commit."""
         if not self._txn or self._fenced is not None:
-            return False
+            return None
         if self._commit_soon or self._txn_bytes >= self._max_bytes:
-            return True
+            return now
         if not self._open:
             # Offsets only (skipped batches, a start offset): at the interval.
             self._opened_at = self._opened_at or now
-        return now - self._opened_at >= self._interval_s
+            return self._opened_at + self._interval_s
+        if self._caught_up():
+            return self._opened_at + self._linger_s
+        return self._opened_at + self._interval_s
+
+    def _caught_up(self) -> bool:
+        """Whether every partition copied here has written all the source holds (as far as its
+        last fetch knew)."""
+        return all(part.at_end and not part.queue for part in self._parts.values() if part.active)
 
     def _commit(self, timeout_s: float | None = None) -> None:
         """flush, send_offsets, commit; then the checkpoints move. Raises what the session
@@ -550,6 +567,7 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         part.queue.clear()
         part.queued_bytes = 0
         part.fetch_offset = durable
+        part.at_end = False
         part.fetch_pending = False
         state.rewinds += 1
         if part.active and self._parts.get(key) is part:
