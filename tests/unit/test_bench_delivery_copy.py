@@ -10,16 +10,23 @@ from strait.bench.scenarios.delivery import delivery_ratios, variants
 
 
 def test_at_least_once_runs_once_per_copy_mode_and_exactly_once_once_in_alternating_order() -> None:
-    assert variants([None], 0) == [("at-least-once", None), ("exactly-once", None)]
-    assert variants([None], 1) == [("exactly-once", None), ("at-least-once", None)]
+    alo, eo = ("strait", "at-least-once"), ("strait", "exactly-once")
+    assert variants([None], 0) == [(*alo, None), (*eo, None)]
+    assert variants([None], 1) == [(*eo, None), (*alo, None)]
     assert variants(["record", "batch", "record"], 0) == [
-        ("at-least-once", "record"),
-        ("at-least-once", "batch"),
-        ("exactly-once", None),
-        ("exactly-once", "batch"),
+        (*alo, "record"),
+        (*alo, "batch"),
+        (*eo, None),
+        (*eo, "batch"),
     ]
-    assert variants(["record", "batch"], 1)[0] == ("exactly-once", "batch")
-    assert variants(["record"], 0) == [("at-least-once", "record"), ("exactly-once", None)]
+    assert variants(["record", "batch"], 1)[0] == (*eo, "batch")
+    assert variants(["record"], 0) == [(*alo, "record"), (*eo, None)]
+
+
+def test_mirrormaker_runs_exactly_once_when_it_is_among_the_systems() -> None:
+    assert variants(["batch"], 0, mm2=True)[-1] == ("mm2", "exactly-once", None)
+    assert variants(["batch"], 1, mm2=True)[0] == ("mm2", "exactly-once", None)
+    assert all(system == "strait" for system, _, _ in variants(["batch"], 0))
 
 
 def _run(kind: str, delivery: str, copy: str | None, **figures: Any) -> dict[str, Any]:
@@ -101,3 +108,29 @@ def test_an_exactly_once_batch_route_keeps_no_offset_map() -> None:
     assert route("exactly-once", "batch")["offset_map"] is False
     assert "offset_map" not in route("exactly-once", None)
     assert "offset_map" not in route("at-least-once", "batch")
+
+
+def test_strait_exactly_once_is_divided_by_mirrormakers_and_the_report_says_so() -> None:
+    mm2 = [
+        {**_run("throughput", "exactly-once", None, steady_records_per_s=40_000.0), "system": "mm2"},
+        {**_run("latency", "exactly-once", None, p50_ms=30.0, p99_ms=90.0), "system": "mm2"},
+    ]
+    runs = [
+        *RUNS,
+        _run("throughput", "exactly-once", "batch", steady_records_per_s=360_000.0),
+        _run("latency", "exactly-once", "batch", p50_ms=16.0, p99_ms=60.0),
+        *mm2,
+    ]
+    ratios = delivery_ratios(runs, [100], [1000], ["batch"])
+    (batch,) = ratios["throughput"]
+    # MirrorMaker's run counts in no Strait figure.
+    assert batch["exactly_once_steady_records_per_s"] == 360_000.0
+    assert (batch["mm2_exactly_once_steady_records_per_s"], batch["vs_mm2_steady_records_per_s"]) == (40_000.0, 9.0)
+    assert batch["meets_mm2_goal"] is True
+    (latency,) = ratios["latency"]
+    assert (latency["exactly_once_p99_ms"], latency["mm2_exactly_once_p99_ms"]) == (60.0, 90.0)
+    doc = {"runs": runs, "ratios": ratios, "params": {}, "goal_vs_mm2_ratio": 5.0}
+    text = "\n".join(report_delivery.render(doc))
+    assert "MM2 exactly-once" in text and "Strait / MM2 (exactly-once)" in text
+    summary = "\n".join(report_delivery.delivery_summary(doc))
+    assert "MirrorMaker 2 exactly-once records/s 100 B, at-least-once batch, exactly-once batch 9.00" in summary

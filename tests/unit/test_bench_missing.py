@@ -174,6 +174,28 @@ def test_the_offsets_topic_is_read_from_the_rendered_properties(tmp_path: Path) 
     assert positions.mirrormaker_offsets_topic([]) is None
 
 
+def test_mirrormaker_exactly_once_runs_as_kip_618_sets_it_up(tmp_path: Path) -> None:
+    from strait.bench.mirrormaker import MirrorMaker2
+
+    def props(mm2: MirrorMaker2) -> dict[str, str]:
+        lines = mm2.properties("t").splitlines()
+        return dict(line.split(" = ", 1) for line in lines)
+
+    exactly = props(
+        MirrorMaker2(src_bootstrap="a:1", dst_bootstrap="b:2", workdir=tmp_path, tasks=1, exactly_once=True)
+    )
+    assert exactly["dst.exactly.once.source.support"] == "enabled"
+    assert exactly["src.consumer.isolation.level"] == "read_committed"
+    assert exactly["dedicated.mode.enable.internal.rest"] == "true" and exactly["listeners"].startswith(
+        "http://127.0.0.1:"
+    )
+    mm2 = MirrorMaker2(src_bootstrap="a:1", dst_bootstrap="b:2", workdir=tmp_path, tasks=1)
+    plain = props(mm2)
+    assert "dst.exactly.once.source.support" not in plain and "listeners" not in plain
+    # The counter of its committed copy reads the offsets topic the properties name.
+    assert plain["offset.storage.topic"] == mm2.offsets_topic
+
+
 def test_a_replicator_of_unknown_kind_leaves_the_missing_records_unsplit() -> None:
     verifier = Verifier({KEY: 3})
     verifier.observe(T, 0, Stamp(0, 0, 0))

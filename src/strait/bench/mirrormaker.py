@@ -7,6 +7,11 @@ worker count, and the heartbeat, checkpoint, offset-sync and config/ACL sync mac
 because Strait does none of it and it would only cost MirrorMaker CPU. Each run gets its own
 Connect group and internal topics, so no run resumes from another's offsets.
 
+With ``exactly_once`` it runs as KIP-618 sets Connect up for it (MirrorMaker 2 since 3.5): the
+destination's Connect worker with ``exactly.once.source.support = enabled`` (each source task
+writes its records and its source offsets in one transaction), the internal REST server that
+mode needs, and the source read ``read_committed`` so aborted transactions are not copied.
+
 On secured clusters the clusters' librdkafka properties are translated to the Java clients'
 (:func:`java_client_properties`) and set per cluster (``src.security.protocol`` and so on), so
 every MirrorMaker client of a cluster uses them; the properties file is then private (0600),
@@ -168,6 +173,14 @@ MM2_PROFILES["wan"] = {
 }
 
 
+# Exactly-once in dedicated mode (Kafka's geo-replication docs): the target cluster's Connect
+# worker writes records and source offsets in transactions; the REST listener is required.
+EXACTLY_ONCE_PROPERTIES: dict[str, str] = {
+    "dst.exactly.once.source.support": "enabled",
+    "src.consumer.isolation.level": "read_committed",
+}
+
+
 def profile_properties(profile: str) -> dict[str, str]:
     """The ``mm2.properties`` settings of a MirrorMaker 2 profile (see :data:`MM2_PROFILES`)."""
     try:
@@ -232,7 +245,7 @@ def render_properties(
         "refresh.topics.interval.seconds": str(refresh_topics_s),
         # A fresh Connect group and internal topics per run: nothing resumes from another run.
         "dst.group.id": f"mm2-{run_id}",
-        "offset.storage.topic": f"mm2-offsets.{run_id}.internal",
+        "offset.storage.topic": f"mm2-offsets.{run_id}.internal",  # MirrorMaker2.offsets_topic
         # Connect commits source offsets every minute by default (Strait: every second). The
         # lost / not-yet-copied split reads them, and a commit on stop can time out when busy.
         "offset.flush.interval.ms": "1000",
@@ -279,9 +292,11 @@ class MirrorMaker2:
         extra: Mapping[str, str] | None = None,
         src_props: Mapping[str, Any] | None = None,
         dst_props: Mapping[str, Any] | None = None,
+        exactly_once: bool = False,
     ) -> None:
         """``src_props``/``dst_props``: the clusters' librdkafka properties, whose security settings
-        MirrorMaker's clients get (translated by :func:`java_client_properties`)."""
+        MirrorMaker's clients get (translated by :func:`java_client_properties`); ``exactly_once``:
+        :data:`EXACTLY_ONCE_PROPERTIES` and the internal REST server."""
         self.parallelism = tasks
         self._src_security = java_client_properties(src_props or {})
         self._dst_security = java_client_properties(dst_props or {})
@@ -293,11 +308,17 @@ class MirrorMaker2:
         self._refresh_topics_s = refresh_topics_s
         self._rebalance_delay_ms = rebalance_delay_ms
         self._heap = heap
-        self._extra = dict(extra or {})
+        self._exactly_once = exactly_once
+        self._extra = {**(EXACTLY_ONCE_PROPERTIES if exactly_once else {}), **(extra or {})}
         self._pattern = topics_pattern
         self._run_id = f"bench-{uuid.uuid4().hex[:8]}"
         self._workdir = workdir.resolve()
         self._pids: dict[str, int] = {}
+
+    @property
+    def offsets_topic(self) -> str:
+        """Connect's offsets topic of this run (on the destination): the committed source offsets."""
+        return f"mm2-offsets.{self._run_id}.internal"
 
     @property
     def _marker(self) -> str:
@@ -314,23 +335,7 @@ class MirrorMaker2:
         for n in range(1, self._nodes + 1):
             node = f"node-{n}"
             config = self._workdir / f"mm2-{node}.properties"
-            _write_private(
-                config,
-                render_properties(
-                    src_bootstrap=self._src,
-                    dst_bootstrap=self._dst,
-                    topics_pattern=pattern,
-                    tasks=self._tasks,
-                    run_id=self._run_id,
-                    compression=self._compression,
-                    refresh_topics_s=self._refresh_topics_s,
-                    rebalance_delay_ms=self._rebalance_delay_ms,
-                    rest_port=ports.free_port() if self._nodes > 1 else None,
-                    extra=self._extra,
-                    src_security=self._src_security,
-                    dst_security=self._dst_security,
-                ),
-            )
+            _write_private(config, self.properties(pattern))
             self._pids[node] = process.spawn_java(
                 classpath=classpath,
                 main_class=MAIN_CLASS,
@@ -343,6 +348,23 @@ class MirrorMaker2:
         for node, pid in self._pids.items():
             if not process.is_ours(pid, self._marker):
                 raise RuntimeError(f"MirrorMaker {node} exited at start; see {self._workdir / f'mm2-{node}.log'}")
+
+    def properties(self, pattern: str) -> str:
+        """One node's ``mm2.properties``, copying the topics ``pattern`` matches."""
+        return render_properties(
+            src_bootstrap=self._src,
+            dst_bootstrap=self._dst,
+            topics_pattern=pattern,
+            tasks=self._tasks,
+            run_id=self._run_id,
+            compression=self._compression,
+            refresh_topics_s=self._refresh_topics_s,
+            rebalance_delay_ms=self._rebalance_delay_ms,
+            rest_port=ports.free_port() if self._nodes > 1 or self._exactly_once else None,
+            extra=self._extra,
+            src_security=self._src_security,
+            dst_security=self._dst_security,
+        )
 
     def wait_tasks_started(self, timeout_s: float) -> bool:
         """Wait until every source task has started (on every node, when there are several)."""
@@ -375,6 +397,7 @@ class MirrorMaker2:
             "tasks_max": self._tasks,
             "heap": self._heap,
             "compression": self._compression,
+            "exactly_once": self._exactly_once,
             "refresh_topics_interval_s": self._refresh_topics_s,
             "scheduled_rebalance_max_delay_ms": self._rebalance_delay_ms,
             "extra": self._extra,

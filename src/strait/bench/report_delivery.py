@@ -9,8 +9,8 @@ from strait.bench.markdown import VERDICT_HEADER, _n, _table, _verdict
 
 _METHOD = (
     "Strait alone, the route's `delivery` switched between `at-least-once` and `exactly-once` (transactional "
-    "producer, checkpoints committed in the same transaction, `transaction_interval_ms` 100), one worker, the two "
-    "modes alternating in one invocation on the same sandbox, each on its own fresh topics. Throughput: a "
+    "producer, checkpoints committed in the same transaction, the route's transaction settings), one worker, the "
+    "two modes alternating in one invocation on the same sandbox, each on its own fresh topics. Throughput: a "
     "pre-filled topic is copied in full; records count once a `read_committed` reader can see them (destination "
     "end offsets for at-least-once; for exactly-once the checkpoints committed in the destination group, in the "
     "same transactions as the records, since end offsets also count transaction markers), polled every 100 ms; "
@@ -22,7 +22,11 @@ _METHOD = (
     "`isolation.level=read_committed` in both modes; latency = arrival at the reader minus the send time stamped "
     "in the record, warm-up excluded. Load is the machine's load average sampled every 2 s during each run (it "
     "counts every process on the machine, not only this benchmark's); logged = lines at WARNING or above in the "
-    "Strait processes' logs."
+    "Strait processes' logs. MirrorMaker 2 exactly-once, where it ran: dedicated mode, one task, "
+    "`dst.exactly.once.source.support = enabled` with the internal REST server (KIP-618: each task writes its "
+    "records and its source offsets in one transaction), the source read `read_committed`, the other settings as "
+    "in the throughput section; its copy counts the source offsets its tasks committed (the counterpart of "
+    "Strait's checkpoints), and its latency runs use the same warm-up."
 )
 
 
@@ -39,8 +43,10 @@ def _logged(run: dict[str, Any]) -> str:
 
 
 def _delivery(run: dict[str, Any]) -> str:
-    """The run's delivery, and its copy mode when the run set one (`strait bench delivery --copy`)."""
-    return str(run.get("delivery", "—")) + (f" ({run['copy']})" if run.get("copy") else "")
+    """The run's delivery, and its copy mode when the run set one (`strait bench delivery --copy`);
+    MirrorMaker 2's runs say so."""
+    who = "MM2 " if run.get("system") == "mm2" else ""
+    return who + str(run.get("delivery", "—")) + (f" ({run['copy']})" if run.get("copy") else "")
 
 
 def _with_copy(label: str, row: dict[str, Any]) -> str:
@@ -102,7 +108,12 @@ def render(doc: dict[str, Any]) -> list[str]:
             " One run per mode and configuration: on a loaded machine runs of one configuration can differ "
             "several-fold, so a single pair does not settle the goal either way (rerun with `--repeats N`)."
         )
+    throughput = doc.get("ratios", {}).get("throughput", [])
+    mm2 = any("vs_mm2_steady_records_per_s" in q for q in throughput)
+    if mm2:
+        lines[-1] += f" Strait exactly-once / MirrorMaker 2 exactly-once: goal ≥ {_n(doc.get('goal_vs_mm2_ratio'), 1)}."
     lines += [""]
+    yes_no = {True: "yes", False: "no", None: "—"}
     lines += _table(
         [
             "record",
@@ -112,18 +123,28 @@ def render(doc: dict[str, Any]) -> list[str]:
             "goal met (these runs)",
             "ratio of all records / copy time",
             "CPU s/GB ratio",
-        ],
+        ]
+        + (["MM2 exactly-once rec/s", "Strait / MM2 (exactly-once)", "goal met (these runs)"] if mm2 else []),
         [
             [
                 _with_copy(f"{q['size']} B", q),
                 _n(q.get("at_least_once_steady_records_per_s")),
                 _n(q.get("exactly_once_steady_records_per_s")),
                 _n(q.get("steady_records_per_s"), 2),
-                {True: "yes", False: "no", None: "—"}[q.get("meets_goal")],
+                yes_no[q.get("meets_goal")],
                 _n(q.get("records_per_s"), 2),
                 _n(q.get("steady_cpu_s_per_gb"), 2),
             ]
-            for q in doc.get("ratios", {}).get("throughput", [])
+            + (
+                [
+                    _n(q.get("mm2_exactly_once_steady_records_per_s")),
+                    _n(q.get("vs_mm2_steady_records_per_s"), 2),
+                    yes_no[q.get("meets_mm2_goal")],
+                ]
+                if mm2
+                else []
+            )
+            for q in throughput
         ],
     )
     rows = [
@@ -163,6 +184,8 @@ def render(doc: dict[str, Any]) -> list[str]:
         rows,
     )
     lines += ["", "Latency, exactly-once / at-least-once (`read_committed` reader in both modes):", ""]
+    latency = doc.get("ratios", {}).get("latency", [])
+    mm2 = any("mm2_exactly_once_p99_ms" in q for q in latency)
     lines += _table(
         [
             "rate",
@@ -172,7 +195,8 @@ def render(doc: dict[str, Any]) -> list[str]:
             "at-least-once p99 ms",
             "exactly-once p99 ms",
             "p99 ratio",
-        ],
+        ]
+        + (["MM2 exactly-once p50 ms", "MM2 exactly-once p99 ms"] if mm2 else []),
         [
             [
                 _with_copy(_n(q["rate"]), q),
@@ -183,7 +207,8 @@ def render(doc: dict[str, Any]) -> list[str]:
                 _n(q.get("exactly_once_p99_ms"), 1),
                 _n(q.get("p99_ms"), 2),
             ]
-            for q in doc.get("ratios", {}).get("latency", [])
+            + ([_n(q.get("mm2_exactly_once_p50_ms"), 1), _n(q.get("mm2_exactly_once_p99_ms"), 1)] if mm2 else [])
+            for q in latency
         ],
     )
     examples = [
@@ -211,10 +236,21 @@ def delivery_summary(doc: dict[str, Any] | None) -> list[str]:
         f"{_n(q.get('at_least_once_p99_ms'), 1)} ms"
         for q in ratios.get("latency", [])
     )
+    vs_mm2 = ", ".join(
+        f"{_with_copy(str(q['size']) + ' B', q)} {_n(q.get('vs_mm2_steady_records_per_s'), 2)}"
+        for q in ratios.get("throughput", [])
+        if q.get("vs_mm2_steady_records_per_s") is not None
+    )
+    mm2 = (
+        f"; Strait exactly-once / MirrorMaker 2 exactly-once records/s {vs_mm2} "
+        f"(goal ≥ {_n(doc.get('goal_vs_mm2_ratio'), 1)})"
+        if vs_mm2
+        else ""
+    )
     load = doc.get("load") or {}
     return [
         f"- **Exactly-once vs at-least-once** (Strait, one worker): records/s ratio {sizes} "
-        f"(goal ≥ {_n(doc.get('goal_throughput_ratio'), 1)}); p99 through a `read_committed` reader {p99}; "
+        f"(goal ≥ {_n(doc.get('goal_throughput_ratio'), 1)}){mm2}; p99 through a `read_committed` reader {p99}; "
         f"1-minute load average {_n(load.get('min_1m'), 1)} to {_n(load.get('max_1m'), 1)} during the run."
     ]
 

@@ -39,6 +39,17 @@ def create_topics(props: Mapping[str, Any], topics: Sequence[str], partitions: i
     raise TimeoutError(f"topics {list(topics)} did not appear within {timeout_s}s")
 
 
+def delete_topics(props: Mapping[str, Any], topics: Sequence[str], *, timeout_s: float = 30) -> None:
+    """Delete ``topics`` (a long benchmark's copies would otherwise fill the disk)."""
+    admin = clients.admin(props)
+    for _topic, future in admin.delete_topics(list(topics), operation_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            if "UNKNOWN_TOPIC_OR_PART" not in str(exc):
+                raise
+
+
 def _make_producer(props: Mapping[str, Any], compression: str, linger_ms: int, failures: list[str]) -> Any:
     def on_delivery(err: Any, _msg: Any) -> None:
         if err is not None:

@@ -560,11 +560,15 @@ def run_all(
 @app.command()
 def delivery(
     sizes: str = typer.Option("100,1024", help="Record sizes in bytes of the throughput copies."),
-    records: int = typer.Option(200_000, help="Records in each pre-filled topic."),
+    records: int = typer.Option(
+        2_000_000, help="Records in each pre-filled topic (enough that a copy lasts many 100 ms polls)."
+    ),
     partitions: int = typer.Option(4, help="Partitions of every topic."),
     rates: str = typer.Option("1000,10000", help="Produce rates in records/s of the latency runs."),
     duration: float = typer.Option(20.0, help="Seconds of measured traffic per latency run (after the warm-up)."),
-    warmup: float = typer.Option(5.0, help="Seconds of traffic before measuring latency."),
+    warmup: float = typer.Option(
+        15.0, help="Seconds of traffic before measuring latency (MirrorMaker 2 settles after its JIT warm-up)."
+    ),
     repeats: int = typer.Option(1, help="Repeat everything (the order of the two modes alternates)."),
     copy: str = typer.Option(
         "default",
@@ -573,6 +577,11 @@ def delivery(
         "exactly-once runs record by record (its route keeps the offset map) and, with batch among them, also "
         "in batch mode without the offset map.",
     ),
+    systems: str = typer.Option(
+        "strait,mm2",
+        "--systems",
+        help="strait, and mm2 to run MirrorMaker 2 exactly-once (KIP-618) too for the comparison.",
+    ),
     max_load: float = _MAX_LOAD,
     ignore_load: bool = _IGNORE_LOAD,
     results_dir: Path = _RESULTS,
@@ -580,13 +589,14 @@ def delivery(
     workdir: Path | None = _WORKDIR,
     keep: bool = _KEEP,
 ) -> None:
-    """Strait exactly-once vs at-least-once: copy records/s, CPU, and latency through a read_committed reader."""
+    """Strait exactly-once vs at-least-once, and against MirrorMaker 2 exactly-once: copy records/s, CPU, and
+    latency through a read_committed reader."""
     from strait.bench import scenarios
 
     copies = _default_or_copies(copy)
 
     _session(
-        "strait",
+        systems,
         results_dir,
         markdown,
         workdir,

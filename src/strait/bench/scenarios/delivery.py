@@ -14,7 +14,16 @@ None: the route's default). Exactly-once runs once with its route's defaults (th
 whose runs go into the transactions from record mode only, so record by record) and, when
 ``batch`` is among the copy modes, once more in batch mode without the offset map (whole batches
 inside transactions). Each ratio names the modes it divides: exactly-once batch by at-least-once
-batch where both ran, otherwise exactly-once record by record.
+batch where both ran, otherwise exactly-once record by record. With ``mm2`` among the bench's
+systems, MirrorMaker 2 runs exactly-once too (KIP-618: ``exactly.once.source.support`` on its
+destination, the source read ``read_committed``; its copy counted by the source offsets its tasks
+commit in the same transactions), and each row also divides Strait's exactly-once (batch mode
+where it ran) by MirrorMaker 2's.
+
+The pre-filled copy is large enough by default (2,000,000 records) to measure a steady rate: at
+200,000 records of 100 B an at-least-once batch copy takes about a tenth of a second, the
+interval at which the destination is polled, and an exactly-once copy mostly its first and last
+transaction.
 
 Every run records the machine's load while it ran, and what the Strait processes logged at
 WARNING or above (the transactional producer's errors would show there).
@@ -36,6 +45,7 @@ from strait.bench.scenarios.throughput import _throughput_run
 
 MODES = ("at-least-once", "exactly-once")
 GOAL_THROUGHPUT_RATIO = 0.8  # the goal: exactly-once copies at least 0.8 of at-least-once's records/s
+GOAL_VS_MM2_RATIO = 5.0  # and at least 5x MirrorMaker 2's exactly-once records/s
 
 # "2026-11-29 16:11:00,123 WARNING strait.worker...: msg", or librdkafka's "%3|1732...|FAIL|...".
 _LOGGED = re.compile(r"^\S+ \S+ (?P<level>WARNING|ERROR|CRITICAL) (?P<text>.*)$")
@@ -46,11 +56,11 @@ def delivery(
     bench: Bench,
     *,
     sizes: Sequence[int] = (100, 1024),
-    records: int = 200_000,
+    records: int = 2_000_000,
     partitions: int = 4,
     rates: Sequence[float] = (1000, 10000),
     duration_s: float = 20.0,
-    warmup_s: float = 5.0,
+    warmup_s: float = 15.0,
     latency_size: int = 100,
     repeats: int = 1,
     timeout_s: float = 600.0,
@@ -59,30 +69,41 @@ def delivery(
     """Both delivery modes of one Strait worker: copy throughput per record size, latency per rate
     (at-least-once once per copy mode in ``copies``)."""
     runs: list[dict[str, Any]] = []
+    mm2 = "mm2" in bench.systems
     with LoadWatch() as overall:
         for repeat in range(repeats):
             for i, size in enumerate(sizes):
-                for mode, copy in variants(copies, repeat + i):
+                for system, mode, copy in variants(copies, repeat + i, mm2=mm2):
                     bench.log(
-                        f"delivery: {mode}{_copy_words(copy)} copy of {records:,} records of {size} B, "
-                        f"{partitions} partitions (repeat {repeat + 1}/{repeats})"
+                        f"delivery: {_system_words(system)}{mode}{_copy_words(copy)} copy of {records:,} records of "
+                        f"{size} B, {partitions} partitions (repeat {repeat + 1}/{repeats})"
                     )
                     with LoadWatch() as load:
                         run = _throughput_run(
-                            bench, "strait", 1, size, "none", records, partitions, timeout_s, delivery=mode, copy=copy
+                            bench,
+                            system,
+                            1,
+                            size,
+                            "none",
+                            records,
+                            partitions,
+                            timeout_s,
+                            delivery=mode,
+                            copy=copy,
+                            drop_after=True,
                         )
                     runs.append(_finish(run, "throughput", repeat, load))
                     bench.log(f"  -> {_fmt(runs[-1])}")
             for i, rate in enumerate(rates):
-                for mode, copy in variants(copies, repeat + i):
+                for system, mode, copy in variants(copies, repeat + i, mm2=mm2):
                     bench.log(
-                        f"delivery: {mode}{_copy_words(copy)} at {rate:,.0f} records/s for "
+                        f"delivery: {_system_words(system)}{mode}{_copy_words(copy)} at {rate:,.0f} records/s for "
                         f"{warmup_s:.0f}+{duration_s:.0f}s"
                     )
                     with LoadWatch() as load:
                         run = _latency_run(
                             bench,
-                            "strait",
+                            system,
                             rate,
                             duration_s,
                             warmup_s,
@@ -108,27 +129,36 @@ def delivery(
             "reader_isolation": "read_committed",
             "repeats": repeats,
             "copies": [c or "default" for c in copies],
+            "mm2_exactly_once": mm2,
         },
         "load": overall.summary(),
         "runs": runs,
         "ratios": delivery_ratios(runs, sizes, rates, copies),
         "goal_throughput_ratio": GOAL_THROUGHPUT_RATIO,
+        **({"goal_vs_mm2_ratio": GOAL_VS_MM2_RATIO} if mm2 else {}),
     }
 
 
-def variants(copies: Sequence[str | None], n: int) -> list[tuple[str, str | None]]:
-    """(delivery, copy mode) of each run of one configuration: at-least-once once per copy mode,
-    exactly-once record by record (its route keeps the offset map) and, with ``batch`` among the
-    copy modes, in batch mode too; in alternating order, so none always runs first (cold caches, a
-    fresh sandbox)."""
-    order = [("at-least-once", copy) for copy in dict.fromkeys(copies)] + [("exactly-once", None)]
+def variants(copies: Sequence[str | None], n: int, *, mm2: bool = False) -> list[tuple[str, str, str | None]]:
+    """(system, delivery, copy mode) of each run of one configuration: Strait at-least-once once
+    per copy mode, exactly-once record by record (its route keeps the offset map) and, with
+    ``batch`` among the copy modes, in batch mode too; MirrorMaker 2 exactly-once with ``mm2``;
+    in alternating order, so none always runs first (cold caches, a fresh sandbox)."""
+    order: list[tuple[str, str, str | None]] = [("strait", "at-least-once", copy) for copy in dict.fromkeys(copies)]
+    order.append(("strait", "exactly-once", None))
     if "batch" in copies:
-        order.append(("exactly-once", "batch"))
+        order.append(("strait", "exactly-once", "batch"))
+    if mm2:
+        order.append(("mm2", "exactly-once", None))
     return order if n % 2 == 0 else order[::-1]
 
 
 def _copy_words(copy: str | None) -> str:
     return f" ({copy} mode)" if copy else ""
+
+
+def _system_words(system: str) -> str:
+    return "MirrorMaker 2 " if system == "mm2" else ""
 
 
 def _finish(run: dict[str, Any], kind: str, repeat: int, load: LoadWatch) -> dict[str, Any]:
@@ -204,17 +234,22 @@ def delivery_ratios(
     one row per at-least-once copy mode (a row names it as ``copy`` when one was set, and the
     exactly-once runs it divides as ``exactly_once_copy``: batch where exactly-once ran in batch
     mode, else record)."""
+    mm2_ran = any(r.get("system") == "mm2" for r in runs)
     eo_batches = any(r.get("delivery") == "exactly-once" and r.get("copy") == "batch" for r in runs)
 
     def eo_copy(copy: str | None) -> str | None:
         return "batch" if copy == "batch" and eo_batches else None
 
-    def avg(kind: str, key: str, value: float, mode: str, copy: str | None, metric: str) -> float | None:
+    def avg(
+        kind: str, key: str, value: float, mode: str, copy: str | None, metric: str, system: str = "strait"
+    ) -> float | None:
         values = []
         for r in runs:
             if r.get("kind") != kind or r.get(key) != value or r.get("delivery") != mode or r.get("error"):
                 continue
-            if r.get("copy") != (copy if mode == "at-least-once" else eo_copy(copy)):
+            if r.get("system", "strait") != system:
+                continue
+            if system == "strait" and r.get("copy") != (copy if mode == "at-least-once" else eo_copy(copy)):
                 continue
             figure = r.get("latency", {}).get(metric) if kind == "latency" else r.get(metric)
             if figure is not None:
@@ -229,6 +264,10 @@ def delivery_ratios(
             alo, eo = (avg(kind, key, value, m, copy, metric) for m in MODES)
             row[f"at_least_once_{metric}"], row[f"exactly_once_{metric}"] = alo, eo
             row[metric] = _ratio(eo, alo)
+            if mm2_ran:
+                theirs = avg(kind, key, value, "exactly-once", None, metric, system="mm2")
+                row[f"mm2_exactly_once_{metric}"] = theirs
+                row[f"vs_mm2_{metric}"] = _ratio(eo, theirs)
         return row
 
     throughput = []
@@ -243,6 +282,9 @@ def delivery_ratios(
             )
             ratio = row["steady_records_per_s"]
             row["meets_goal"] = None if ratio is None else ratio >= GOAL_THROUGHPUT_RATIO
+            if mm2_ran:
+                theirs = row["vs_mm2_steady_records_per_s"]
+                row["meets_mm2_goal"] = None if theirs is None else theirs >= GOAL_VS_MM2_RATIO
             throughput.append(row)
     latency = [
         row_of("latency", "rate", rate, copy, ("p50_ms", "p99_ms")) for rate in rates for copy in dict.fromkeys(copies)

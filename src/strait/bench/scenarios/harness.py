@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # re-exported, not in __all__
 
 from strait import clients
@@ -93,7 +93,8 @@ class Bench:
         strait_groups: Mapping[str, Any] | None = None,
         strait_copy: str | None = None,
     ) -> Replicator:
-        """``delivery`` (Strait only) sets the route's ``delivery``; None leaves the default.
+        """``delivery`` sets Strait's route ``delivery`` (None leaves the default) and runs
+        MirrorMaker 2 exactly-once for ``exactly-once``.
         ``mm2_extra`` (MirrorMaker only): properties set over the rendered ``mm2.properties``;
         ``strait_groups`` (Strait only): the route's ``groups`` (consumer-group offset sync);
         ``strait_copy`` (Strait only): the route's ``copy`` mode (batch or record)."""
@@ -112,8 +113,8 @@ class Bench:
                 groups=strait_groups,
                 copy=strait_copy,
             )
-        if delivery is not None:
-            raise ValueError("delivery modes are Strait's: MirrorMaker 2 runs with its defaults")
+        if delivery not in (None, "at-least-once", "exactly-once"):
+            raise ValueError(f"unknown delivery {delivery!r}: at-least-once or exactly-once")
         return MirrorMaker2(
             src_bootstrap=src_bootstrap,
             dst_bootstrap=self.dst["bootstrap.servers"],
@@ -130,6 +131,7 @@ class Bench:
             heap=self.mm2_heap,
             topics_pattern=topics_pattern,
             extra=mm2_extra,
+            exactly_once=delivery == "exactly-once",
         )
 
 
@@ -214,6 +216,45 @@ class CommittedCount(DestinationCount):
         partitions = [TopicPartition(t, p) for t, n in self._topics.items() for p in range(n)]
         committed = self._consumer.committed(partitions, timeout=5)
         return sum(max(0, tp.offset) for tp in committed if tp.error is None)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class ConnectCommittedCount(DestinationCount):
+    """Records MirrorMaker 2 has committed exactly-once: the sum of the source offsets its tasks
+    committed to Connect's offsets topic, which KIP-618 writes in the same transactions as the
+    records (the counterpart of :class:`CommittedCount`). The offsets topic is read
+    ``read_committed`` as it grows, from the moment MirrorMaker creates it."""
+
+    def __init__(self, props: Mapping[str, Any], offsets_topic: str, topics: Mapping[str, int]) -> None:
+        super().__init__(props, topics)
+        self._consumer = clients.consumer(
+            props,
+            **{
+                "group.id": "strait-bench-connect-offsets",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "log_level": 3,
+            },
+        )
+        self._offsets_topic = offsets_topic
+        self._keys = {(t, p) for t, n in topics.items() for p in range(n)}
+        self._assigned = False
+        self._latest: dict[tuple[str, int], int | None] = {}
+
+    def count(self) -> int:
+        if not self._assigned:
+            meta = self._admin.list_topics(self._offsets_topic, timeout=5).topics.get(self._offsets_topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                return 0
+            self._consumer.assign([TopicPartition(self._offsets_topic, p, OFFSET_BEGINNING) for p in meta.partitions])
+            self._assigned = True
+        while messages := self._consumer.consume(1000, timeout=0.05):
+            found = [(m.key(), m.value()) for m in messages if m.error() is None]
+            self._latest.update(positions.parse_connect_offsets(found))
+        # Connect stores the offset of the last record copied.
+        return sum(offset + 1 for key, offset in self._latest.items() if key in self._keys and offset is not None)
 
     def close(self) -> None:
         self._consumer.close()

@@ -20,13 +20,14 @@ from confluent_kafka import KafkaException
 from strait.bench import reader, workload
 from strait.bench.ceiling import ceiling_run
 from strait.bench.markdown import missing_words
-from strait.bench.mirrormaker import profile_properties
+from strait.bench.mirrormaker import MirrorMaker2, profile_properties
 from strait.bench.procstat import ProcessMeter
 from strait.bench.records import compression_ratios
 from strait.bench.replicator import Replicator
 from strait.bench.scenarios.harness import (
     Bench,
     CommittedCount,
+    ConnectCommittedCount,
     DestinationCount,
     mean,
     ratio,
@@ -241,12 +242,14 @@ def _throughput_run(
     copy: str | None = None,
     mm2_profile: str | None = None,
     payload: str = "filler",
+    drop_after: bool = False,
 ) -> dict[str, Any]:
     """One full copy of records with bodies of the ``payload`` kind. With ``delivery`` (Strait's
     route setting) the copy counts only once the records are visible to a ``read_committed``
     reader, and the verifier reads ``read_committed``.
     ``copy``: Strait's route copy mode (batch or record); ``mm2_profile``: MirrorMaker 2's
-    settings (:data:`strait.bench.mirrormaker.MM2_PROFILES`)."""
+    settings (:data:`strait.bench.mirrormaker.MM2_PROFILES`); ``drop_after``: the topic is
+    deleted on both clusters once verified."""
     label = (
         [system, workers, size, compression, payload]
         + ([delivery] if delivery else [])
@@ -280,11 +283,13 @@ def _throughput_run(
         "replicator": replicator.describe(),
         "logs": str(run_dir),
     }
-    counter = (
-        CommittedCount(bench.dst, {topic: partitions})
-        if delivery == "exactly-once"
-        else DestinationCount(bench.dst, {topic: partitions})
-    )
+    counter: DestinationCount
+    if delivery != "exactly-once":
+        counter = DestinationCount(bench.dst, {topic: partitions})
+    elif isinstance(replicator, MirrorMaker2):
+        counter = ConnectCommittedCount(bench.dst, replicator.offsets_topic, {topic: partitions})
+    else:
+        counter = CommittedCount(bench.dst, {topic: partitions})
     watch = _CopyWatch(counter, replicator, records)
     try:
         # Watching starts before the replicator does: a fast copy can end before start() returns.
@@ -319,6 +324,12 @@ def _throughput_run(
         result.setdefault("verify", {})
     finally:
         counter.close()
+        if drop_after:
+            for props in (bench.src, bench.dst):
+                try:
+                    workload.delete_topics(props, [topic])
+                except Exception as exc:  # disk space only: the run's result stands
+                    bench.log(f"  (topic {topic} not deleted: {exc})")
     return result
 
 
