@@ -338,8 +338,8 @@ class RouteConfig(_Model):
         default=20,
         ge=0,
         le=60_000,
-        description="Exactly-once batch pipelines only: a transaction whose partitions have copied all their "
-        "source holds commits once it is this old, before `transaction_interval_ms` is up (longer: fewer, larger "
+        description="Exactly-once only: a transaction whose pipeline has copied all its source holds commits once "
+        "it is this old, before `transaction_interval_ms` is up (longer: fewer, larger "
         "transactions; shorter: records visible sooner).",
     )
     transaction_max_bytes: int = Field(

@@ -83,6 +83,8 @@ class TxnProducer(FakeProducer):
 
 
 def _pipeline(consumer: FakeConsumer, producer: TxnProducer, **options: Any) -> TransactionalPipeline:
+    # Commits at the interval only, unless a scenario asks for the early commit of a caught-up one.
+    options.setdefault("transaction_linger_s", 3600.0)
     return TransactionalPipeline(
         transactional_id=lambda name: f"strait.r.w1.{name}",
         checkpoint_group="strait.r",
@@ -722,3 +724,44 @@ def test_an_abort_that_never_returns_replaces_the_producer_and_resumes_from_the_
     assert stuck.committed.get(0) == [0, 1, 2, 3, 4]
     assert healthy.committed.get(0) == [5, 6, 7, 8, 9], "5..9 copied again by the new producer, once"
     assert state.durable == 10
+
+
+def test_a_caught_up_transaction_commits_once_it_lingered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    producer = TxnProducer()
+    consumer = FakeConsumer({0: list(range(5))})
+    pipeline = _pipeline(consumer, producer, transaction_interval_s=3600.0, transaction_linger_s=0.0)
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    for _ in range(4):
+        pipeline._step()
+    # Every record fetched and sent, the consumer had no more: no hour-long wait for the interval.
+    assert state.durable == 5 and producer.committed == {0: [0, 1, 2, 3, 4]}
+
+
+def test_a_transaction_lingers_while_the_consumer_hands_out_full_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
+    producer = TxnProducer()
+    consumer = FakeConsumer({0: list(range(100))})
+    pipeline = TransactionalPipeline(
+        transactional_id=lambda name: f"strait.r.w1.{name}",
+        checkpoint_group="strait.r",
+        name="realtime",
+        source={},
+        destination={},
+        group_id="g",
+        client_id="c",
+        settings=PipelineSettings(batch_size=1),  # every fetch a full batch: more may be waiting
+        consumer=consumer,
+        producer=producer,
+        transaction_interval_s=3600.0,
+        transaction_linger_s=0.0,
+    )
+    state = PartitionState(PartitionTask("r", TOPIC, 0, f"{TOPIC}-copy"))
+    pipeline.add(state, 0)
+    for _ in range(6):
+        pipeline._step()
+    # (The partition's start commits at once, with what the same turn sent.) The rest waits for
+    # the interval: each fetch was full, so more may be ready.
+    assert state.durable is not None and state.durable <= 1 and len(producer.committed.get(0, [])) <= 1
+    assert pipeline._txn_open

@@ -46,6 +46,7 @@ def exactly_once_parts(
     transactions: dict[str, Any] = {
         "checkpoint_group": destination_group(route.name),
         "transaction_interval_s": route.transaction_interval_ms / 1000,
+        "transaction_linger_s": route.transaction_linger_ms / 1000,
         "transaction_max_bytes": route.transaction_max_bytes,
         "lease": lease,
     }
@@ -66,12 +67,7 @@ def exactly_once_parts(
         ),
     }
     if batches:
-        parts["batch_factory"] = partial(
-            transactional_batches,
-            transactional_ids=ids,
-            transaction_linger_s=route.transaction_linger_ms / 1000,
-            **transactions,
-        )
+        parts["batch_factory"] = partial(transactional_batches, transactional_ids=ids, **transactions)
     return parts
 
 

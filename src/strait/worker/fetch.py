@@ -102,6 +102,7 @@ class RecordPipeline(RecordSending, PipelineLoop):
         # the consumer's stream of its partition stood just before it; only ever holds
         # partitions' current streams.
         self._backlog: deque[Run] = deque()
+        self._drained = False
         self._fetched_at = 0.0
         # Delivery reports waiting to be settled (after each poll and flush).
         self._book = DeliveryBook(name, observer, self._delivered)
@@ -215,6 +216,9 @@ class RecordPipeline(RecordSending, PipelineLoop):
             busy = bool(self._draining) or any(s.rewind_at for s in self._states.values())
             asked = time.monotonic()
             messages = self._fetch(0.02 if busy else 0.1)
+            # Fewer than a batch: the consumer's prefetched records are all taken (caught up,
+            # as far as this worker can tell without asking the source).
+            self._drained = len(messages) < self._settings.batch_size
             if messages:
                 self._fetched_at = time.monotonic()
                 if self._observer is not None:

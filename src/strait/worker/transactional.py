@@ -3,8 +3,10 @@
 Same fetch loop as :class:`strait.worker.fetch.RecordPipeline` (the same backlog, gap rule,
 release protocol, fast path of stretches and delivery reports settled in bulk), with a
 transactional producer on the destination; copies carry exactly the source record's key,
-value, headers and timestamp. Every ``transaction_interval_s`` (or sooner, after
-``transaction_max_bytes``, or when a partition is released) the open transaction is flushed,
+value, headers and timestamp. Every ``transaction_interval_s`` (or sooner: after
+``transaction_max_bytes``, when a partition is released, or once ``transaction_linger_s`` old with
+every fetched record sent and no more ready at the consumer) the open
+transaction is flushed,
 the source offsets it covers are added to it with
 ``send_offsets_to_transaction`` (group ``strait.<route>`` on the destination), and it commits:
 records and checkpoints become visible to ``read_committed`` readers at once, or not at all.
@@ -73,6 +75,7 @@ class TransactionalPipeline(RecordPipeline, TransactionRecovery):
         transactional_id: Callable[[str], str],
         checkpoint_group: str,
         transaction_interval_s: float = 0.1,
+        transaction_linger_s: float = 0.02,
         transaction_max_bytes: int = 16 * 1024 * 1024,
         lease: Callable[[], bool] = always,
         map_route: str | None = None,
@@ -86,6 +89,7 @@ class TransactionalPipeline(RecordPipeline, TransactionRecovery):
         self._transactional_id = transactional_id(kwargs["name"])
         self._checkpoint_group = checkpoint_group
         self._interval_s = transaction_interval_s
+        self._linger_s = min(transaction_linger_s, transaction_interval_s)
         self._max_bytes = transaction_max_bytes
         self._destination_props: Mapping[str, Any] = kwargs["destination"]
         self._metadata: Any = None
@@ -337,7 +341,9 @@ class TransactionalPipeline(RecordPipeline, TransactionRecovery):
             self._abort("a record failed")
             return
         if self._txn_open:
-            due = self._commit_soon or now - self._txn_started >= self._interval_s or self._txn_bytes >= self._max_bytes
+            age = now - self._txn_started
+            caught_up = self._drained and not self._backlog and age >= self._linger_s
+            due = self._commit_soon or caught_up or age >= self._interval_s or self._txn_bytes >= self._max_bytes
         else:
             due = self._commit_soon or (now - self._txn_started >= self._interval_s and self._moved_without_records())
         if due:

@@ -250,7 +250,10 @@ class ConnectCommittedCount(DestinationCount):
                 return 0
             self._consumer.assign([TopicPartition(self._offsets_topic, p, OFFSET_BEGINNING) for p in meta.partitions])
             self._assigned = True
-        while messages := self._consumer.consume(1000, timeout=0.05):
+        # What has arrived by now, within a poll's time: MirrorMaker writes while it copies, so
+        # reading until nothing is left would last the whole copy.
+        until = time.monotonic() + 0.05
+        while (left := until - time.monotonic()) > 0 and (messages := self._consumer.consume(10_000, timeout=left)):
             found = [(m.key(), m.value()) for m in messages if m.error() is None]
             self._latest.update(positions.parse_connect_offsets(found))
         # Connect stores the offset of the last record copied.
