@@ -24,6 +24,7 @@ windows = st.builds(
     samples=st.integers(min_value=0, max_value=2000),
     batch_bytes=st.integers(min_value=0, max_value=100 * MB),
     arriving=st.booleans(),
+    leaving=st.booleans(),
 )
 pace_settings_strategy = st.builds(
     lambda floor, span, start, budget, ratio: PaceSettings(
@@ -42,21 +43,27 @@ pace_settings_strategy = st.builds(
 def test_every_decision_keeps_the_invariants(s: PaceSettings, history: list[tuple[Window, bool]]) -> None:
     pace = LatencyPace(s)
     assert s.floor <= pace.rate <= s.ceiling
+    undo: tuple[float, float | None] | None = None  # the rate and cut_from before a cut, one window long
     for window, paced in history:
         before, budget, cut_from, baseline = pace.rate, pace.budget(), pace.cut_from, pace.baseline_s
         rate = pace.step(window, paced=paced)
         assert s.floor <= rate <= s.ceiling
-        if window.arriving:
+        if window.arriving or window.leaving:
             # A backlog's last records may be among the realtime ones: never a cut, nor a baseline.
-            assert rate >= before and pace.baseline_s == baseline
+            assert rate >= before and (pace.baseline_s == baseline or not window.arriving)
         judged = window.p99_s is not None and window.samples >= s.min_samples
+        taken_back, undo = undo, (before, cut_from) if pace.last == "cut" else None
         if not judged or window.batch_bytes < s.quiet_bytes or not paced:
             assert rate == before  # nothing to judge, a quiet window, or not sharing: the rate holds
+            continue
+        if window.leaving and taken_back is not None:
+            # The window cut just before held a backlog's records after all: the cut is undone.
+            assert (rate, pace.cut_from) == taken_back
             continue
         assert window.p99_s is not None
         if window.p99_s > budget:
             assert rate <= before  # never grows while over budget
-            if window.arriving:
+            if window.arriving or window.leaving:
                 assert rate == before
             else:
                 # In proportion to the overshoot, within [cut, mild_cut]; remembered for the recovery.
@@ -355,3 +362,22 @@ def test_a_backlog_process_paces_by_its_routes_realtime_pipelines_only() -> None
         assert p99 is not None and 0.005 < p99 <= 0.01  # the histogram's bucket of 8 ms
     finally:
         pipeline.stop(0)
+
+
+def test_a_cut_is_taken_back_when_the_next_window_shows_a_backlog_arriving() -> None:
+    pace = LatencyPace(PaceSettings(floor=MB, ceiling=64 * MB, start=32 * MB, budget_s=0.01))
+    pace.step(Window(0.1, 500, 8 * MB), paced=True)
+    assert pace.last == "cut" and pace.rate == 16 * MB
+    # The next window finds a partition behind by a backlog: the tail of the window before was its.
+    assert pace.step(Window(0.1, 500, 8 * MB, arriving=True, leaving=True), paced=True) == 32 * MB
+    assert pace.cut_from is None
+    # Only the window right after a cut takes it back.
+    pace.step(Window(0.1, 500, 8 * MB), paced=True)
+    pace.step(Window(0.005, 500, 8 * MB), paced=True)
+    cut_to = pace.rate
+    assert pace.step(Window(0.005, 500, 8 * MB, arriving=True, leaving=True), paced=True) >= cut_to
+    assert pace.rate < 32 * MB
+    # A backlog finishing in the realtime pipeline (arriving, not leaving) does not undo a cut.
+    pace.step(Window(0.1, 500, 8 * MB), paced=True)
+    cut_to = pace.rate
+    assert pace.step(Window(0.1, 500, 8 * MB, arriving=True), paced=True) == cut_to

@@ -212,6 +212,7 @@ class Sharing:
                 samples=0 if window is None else window.count,
                 batch_bytes=batch_bytes,
                 arriving=held_back,
+                leaving=leaving,
             ),
             paced=paced,
         )

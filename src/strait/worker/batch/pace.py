@@ -25,7 +25,11 @@ what the realtime records see, once per window (the copier's one-second classifi
   of it before moving out (``arriving``), neither cuts nor teaches the baseline: such records
   are as old as the backlog and would set the p99 with a wait that is the backlog's, and the
   realtime records queued behind them waited for the realtime pipeline, not for the backlog's
-  pace. Within the budget it grows as usual (old records can only raise a p99);
+  pace. Within the budget it grows as usual (old records can only raise a p99). A cut whose
+  next window finds a realtime partition behind by a backlog (``leaving``) is taken back: a
+  backlog that appears at once shows as lag only at the realtime pipeline's next end-offset
+  refresh, so the window in which its records queued the realtime ones can end before anyone
+  knew;
 - the budget is ``budget_s`` when given, else ``budget_ratio`` times the baseline, the realtime
   p99 learned in quiet windows (the batch pipeline moved less than ``quiet_bytes`` in them),
   within [``min_budget_s``, ``max_budget_s``]; before any quiet window, ``default_budget_s``.
@@ -77,13 +81,15 @@ class PaceSettings:
 @dataclass(frozen=True)
 class Window:
     """What one window showed: the realtime records' p99 (None: none observed), how many there
-    were, the bytes the batch pipeline fetched meanwhile, and whether partitions arriving from a
-    backlog had records among the realtime ones."""
+    were, the bytes the batch pipeline fetched meanwhile, whether a backlog's records may have
+    been among the realtime ones (``arriving``), and whether that was because a realtime
+    partition fell behind by a backlog (``leaving``, which implies ``arriving`` in the worker)."""
 
     p99_s: float | None
     samples: int
     batch_bytes: int
     arriving: bool = False
+    leaving: bool = False
 
 
 class LatencyPace:
@@ -96,6 +102,8 @@ class LatencyPace:
         self.cuts = 0
         # The rate the last cut came from: growth is multiplicative up to ``recover`` times it.
         self.cut_from: float | None = None
+        # The rate and cut_from before the last window's cut, while the next window may take it back.
+        self._undo: tuple[float, float | None] | None = None
         self.last: str = "start"  # the last decision, for the log and tests
 
     def budget(self) -> float:
@@ -111,11 +119,12 @@ class LatencyPace:
         """The rate after ``window``; ``paced``: the batch pipeline shared the worker during it
         (else the window only teaches the baseline)."""
         s = self.settings
+        undo, self._undo = self._undo, None
         if window.p99_s is None or window.samples < s.min_samples:
             self.last = "hold: too few realtime records"
             return self.rate
         if window.batch_bytes < s.quiet_bytes:
-            if window.arriving:
+            if window.arriving or window.leaving:
                 self.last = "hold: a backlog's records in the realtime pipeline"
                 return self.rate
             # The realtime records' latency without a backlog beside them.
@@ -126,10 +135,15 @@ class LatencyPace:
         if not paced:
             self.last = "hold: not sharing"
             return self.rate
+        if window.leaving and undo is not None:
+            self.rate, self.cut_from = undo
+            self.last = "retract: the cut window held a backlog's records"
+            return self.rate
         if window.p99_s > self.budget():
-            if window.arriving:
+            if window.arriving or window.leaving:
                 self.last = "hold: a backlog's records in the realtime pipeline"
                 return self.rate
+            self._undo = (self.rate, self.cut_from)
             self.cut_from = self.rate
             self.rate = max(s.floor, self.rate * cut_factor(s, self.budget(), window.p99_s))
             self.cuts += 1
