@@ -46,6 +46,7 @@ def test_every_decision_keeps_the_invariants(s: PaceSettings, history: list[tupl
     undo: tuple[float, float | None] | None = None  # the rate and cut_from before a cut, one window long
     for window, paced in history:
         before, budget, cut_from, baseline = pace.rate, pace.budget(), pace.cut_from, pace.baseline_s
+        probes = pace.probes
         rate = pace.step(window, paced=paced)
         assert s.floor <= rate <= s.ceiling
         if window.arriving or window.leaving:
@@ -79,7 +80,11 @@ def test_every_decision_keeps_the_invariants(s: PaceSettings, history: list[tupl
                 # back towards the rate that went over, multiplicatively, but not to it
                 assert rate == min(s.ceiling, cut_from * s.recover, before * s.grow)
             else:
-                assert rate == min(s.ceiling, before + s.step)  # additive near the knee
+                # additive near the knee: a step doubling with each window in a row, never
+                # faster than the multiplicative growth (yet at least one step)
+                step = max(s.step, min(s.step * s.probe_growth**probes, before * (s.grow - 1)))
+                assert rate == min(s.ceiling, before + step)
+                assert pace.probes == probes + 1
         assert pace.budget() >= (s.budget_s if s.budget_s is not None else s.min_budget_s)
         assert s.budget_s is not None or pace.budget() <= max(s.max_budget_s, s.default_budget_s)
 
@@ -381,3 +386,14 @@ def test_a_cut_is_taken_back_when_the_next_window_shows_a_backlog_arriving() -> 
     pace.step(Window(0.1, 500, 8 * MB), paced=True)
     cut_to = pace.rate
     assert pace.step(Window(0.1, 500, 8 * MB, arriving=True), paced=True) == cut_to
+
+
+def test_steps_past_the_recovery_double_while_the_budget_holds_and_start_again_after_a_cut() -> None:
+    pace = LatencyPace(PaceSettings(floor=MB, ceiling=200 * MB, start=10 * MB, budget_s=0.01, step=MB))
+    pace.step(Window(0.1, 500, 8 * MB), paced=True)  # cut to 5 MB/s from 10
+    rates = [pace.step(Window(0.005, 500, 8 * MB), paced=True) / MB for _ in range(7)]
+    # 1.25x back to 0.9x the rate it cut, then steps of 1, 2, 4 MB/s... capped by 1.25x a window.
+    assert rates[:3] == [6.25, 7.8125, 9.0]
+    assert rates[3:] == [10.0, 12.0, 15.0, 18.75]
+    pace.step(Window(0.1, 500, 8 * MB), paced=True)
+    assert pace.probes == 0
