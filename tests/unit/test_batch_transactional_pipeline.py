@@ -107,7 +107,11 @@ class FakeCluster:
 
 
 class FakeSession:
-    def __init__(self, cluster: FakeCluster, transactional_id: str) -> None:
+    def __init__(
+        self, cluster: FakeCluster, transactional_id: str, meanwhile: Callable[[], None] | None = None
+    ) -> None:
+        # What the pipeline does while a flush or a commit waits (it fetches ahead).
+        self.meanwhile = meanwhile or (lambda: None)
         self.cluster = cluster
         self.id = transactional_id
         self.epoch = 0
@@ -166,10 +170,13 @@ class FakeSession:
 
     def flush(self, *, timeout_s: float) -> None:
         assert timeout_s > 0
+        self.meanwhile()
+        self.meanwhile()  # a fetch sent, then its answer taken
         self._fault({"abortable", "fenced"})
 
     def commit(self, *, timeout_s: float) -> None:
         assert timeout_s > 0
+        self.meanwhile()
         self._fault({"abortable", "fenced"})
         assert self.txn is not None
         faults = self.cluster.faults
@@ -256,6 +263,7 @@ def setup(
     # Scenarios that hold a transaction open set a long interval: no early commit either,
     # unless they ask for one.
     options.setdefault("transaction_linger_s", 1000.0)
+    pipelines: list[TransactionalBatchPipeline] = []
     pipeline = TransactionalBatchPipeline(
         name="txb",
         source={},
@@ -264,10 +272,11 @@ def setup(
         transactional_id=TXN_ID,
         checkpoint_group=GROUP,
         links=FakeLinks(src, clock),  # type: ignore[arg-type]
-        session_factory=lambda link: FakeSession(cluster, TXN_ID),
+        session_factory=lambda link: FakeSession(cluster, TXN_ID, meanwhile=pipelines[0]._fetch_ahead),
         clock=clock,
         **options,
     )
+    pipelines.append(pipeline)
     return pipeline, cluster, src, clock
 
 
@@ -746,4 +755,26 @@ def test_a_transaction_with_more_to_fetch_waits_for_the_interval() -> None:
     run(pipeline, lambda: state.checkpoint == 12)
     assert clock.now - written >= 0.5 - 0.06  # the interval, less the steps it had begun before
     assert not pipeline._parts[("t", 0)].at_end
+    check_committed(cluster, logs)
+
+
+def test_the_next_batches_are_fetched_while_a_commit_waits() -> None:
+    logs = {("t", 0): SourceLog()}
+    pipeline, cluster, src, _ = setup(logs, transaction_interval_s=1000.0)
+    state = start(pipeline, ("t", 0))
+    run(pipeline, lambda: cluster.group.get(("t", 0)) == 0)
+    logs[("t", 0)].plain(2)
+    src.logs = {("t", 0): logs[("t", 0)].raws}
+    run(pipeline, lambda: state.tracker is not None and state.tracker.next_offset == 6)
+    logs[("t", 0)].plain(3)  # more on the source while the commit waits
+    src.logs = {("t", 0): logs[("t", 0)].raws}
+    fetches = src.fetches
+    pipeline._commit()  # as the loop does once it is due
+    part = pipeline._parts[("t", 0)]
+    # Committed up to 6; the three batches after it came in during the commit, queued for the next.
+    assert cluster.group[("t", 0)] == 6 and state.checkpoint == 6
+    assert src.fetches > fetches and len(part.queue) == 3 and part.fetch_offset == 15
+    run(pipeline, lambda: state.tracker is not None and state.tracker.next_offset == 15)
+    pipeline._commit_soon = True
+    run(pipeline, lambda: state.checkpoint == 15)
     check_committed(cluster, logs)

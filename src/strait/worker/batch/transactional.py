@@ -12,7 +12,8 @@ One transaction, on the loop's thread:
 
 1. the first batch (or a partition added or moved without one) begins it; every fetched batch
    is written (``write``, sent by the next ``pump``) and registered with the partition's
-   tracker, unacknowledged;
+   tracker, unacknowledged (batches fetched while the last transaction was committing, which
+   fetches go on during, are written first);
 2. every ``transaction_interval_s``, once ``transaction_max_bytes`` were written, when a
    partition of it is released, or once it is ``transaction_linger_s`` old with every partition
    caught up with its source (nothing queued, the last fetch at the last stable offset: waiting
@@ -217,7 +218,20 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
             transaction_timeout_ms=self._transaction_timeout_ms,
             request_timeout_s=min(self._call_timeout_s, 30.0),
             poll=None if links is None else links.poll,
+            meanwhile=self._fetch_ahead,
         )
+
+    def _fetch_ahead(self) -> None:
+        """While a commit waits on the destination: fetch the next transaction's batches (they
+        are written once it is done), so the source and the destination work at the same time
+        as they do for an at-least-once pipeline. Fetching reads only; what a commit settles
+        (trackers, durable offsets) it leaves alone."""
+        links = self._links
+        if links is None or self._held or self._fenced is not None or not self._lease():
+            return
+        now = self._clock()
+        self._take_fetches(now)
+        self._start_fetches(links, now)
 
     def _run(self) -> None:
         try:

@@ -70,6 +70,7 @@ class TransactionalSession:
         request_timeout_s: float = 30.0,
         poll: Callable[[float], Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        meanwhile: Callable[[], None] | None = None,
     ) -> None:
         self.link = link
         self.model = TransactionModel(
@@ -77,6 +78,9 @@ class TransactionalSession:
         )
         self._poll = poll if poll is not None else (lambda s: link.client.poll(timeout_ms=s * 1000))
         self._clock = clock
+        # Called while a flush or a commit waits on the destination (the pipeline fetches the
+        # next transaction's batches meanwhile); it may not call the session.
+        self._meanwhile = meanwhile
         self._leaders: dict[str, dict[int, int]] = {}
         self._sent: list[tuple[tuple[Request, ...], Any]] = []  # model requests and the future of their answer
 
@@ -97,7 +101,12 @@ class TransactionalSession:
     def flush(self, *, timeout_s: float) -> None:
         """Wait until every batch written so far was appended (raises what stops that:
         :class:`TransactionAbortable`, :class:`SessionDead`)."""
-        self._run_until(lambda: self.model.unacknowledged == 0 or self.model.failure is not None, timeout_s, "flush")
+        self._run_until(
+            lambda: self.model.unacknowledged == 0 or self.model.failure is not None,
+            timeout_s,
+            "flush",
+            self._meanwhile,
+        )
         self._raise_failure()
 
     def commit(self, *, timeout_s: float) -> None:
@@ -108,7 +117,7 @@ class TransactionalSession:
         """
         self._raise_failure()
         self.model.commit()
-        self._run_until(lambda: self.model.phase is not Phase.COMMITTING, timeout_s, "commit")
+        self._run_until(lambda: self.model.phase is not Phase.COMMITTING, timeout_s, "commit", self._meanwhile)
         self._raise_failure()
 
     def abort(self, *, timeout_s: float) -> None:
@@ -144,7 +153,9 @@ class TransactionalSession:
 
     # -- the loop --------------------------------------------------------------------------
 
-    def _run_until(self, done: Callable[[], bool], timeout_s: float, what: str) -> None:
+    def _run_until(
+        self, done: Callable[[], bool], timeout_s: float, what: str, meanwhile: Callable[[], None] | None = None
+    ) -> None:
         deadline = self._clock() + timeout_s
         while True:
             self._step()
@@ -152,6 +163,8 @@ class TransactionalSession:
                 self._raise_failure()
             if done():
                 return
+            if meanwhile is not None:
+                meanwhile()
             now = self._clock()
             if now >= deadline:
                 self.model.give_up(f"{what} not done within {timeout_s:.1f}s")
