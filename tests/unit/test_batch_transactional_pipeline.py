@@ -32,6 +32,7 @@ from tests.unit.test_batch_pipeline import FakeSource
 from tests.unit.test_batch_records import build, control_batch
 
 GZIP = 1
+NONE = 0
 GROUP = "strait.r"
 TXN_ID = "txn"
 
@@ -229,9 +230,9 @@ class SourceLog:
         self.aborted: list[AbortedTransaction] = []
         self.pid = 500
 
-    def plain(self, batches: int, size: int = 3) -> None:
+    def plain(self, batches: int, size: int = 3, codec: int = GZIP) -> None:
         for _ in range(batches):
-            self.raws.append(build(self.end, size, codec=GZIP))
+            self.raws.append(build(self.end, size, codec=codec))
             self.data += range(self.end, self.end + size)
             self.end += size
 
@@ -313,7 +314,7 @@ def test_batches_and_checkpoints_commit_together() -> None:
     logs[("t", 0)].transaction(2, commit=True)
     logs[("t", 0)].plain(2)
     logs[("t", 1)].plain(3)
-    pipeline, cluster, _, _ = setup(logs)
+    pipeline, cluster, _, _ = setup(logs, merge_bytes=0)  # each batch passes as it is
     states = [start(pipeline, key) for key in logs]
     run(pipeline, lambda: all(s.checkpoint == logs[("t", s.task.partition)].end for s in states))
     check_committed(cluster, logs)
@@ -608,7 +609,8 @@ def test_generated_histories_keep_the_invariants(data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(KEYS))
         if op == "append":
             if data.draw(st.booleans()):
-                logs[key].plain(data.draw(st.integers(1, 3)))
+                # Uncompressed batches one after the other go out merged.
+                logs[key].plain(data.draw(st.integers(1, 3)), codec=data.draw(st.sampled_from([GZIP, NONE])))
             else:
                 logs[key].transaction(data.draw(st.integers(1, 2)), commit=data.draw(st.booleans()))
             src.logs = {k: v.raws for k, v in logs.items()}
@@ -693,7 +695,7 @@ def test_an_offset_gap_between_batches_hands_the_partition_to_record_mode() -> N
 
 def test_transaction_max_bytes_splits_a_backlog_into_transactions() -> None:
     logs = {("t", 0): SourceLog()}
-    pipeline, cluster, src, _ = setup(logs, transaction_interval_s=1000.0, transaction_max_bytes=1)
+    pipeline, cluster, src, _ = setup(logs, transaction_interval_s=1000.0, transaction_max_bytes=1, merge_bytes=0)
     state = start(pipeline, ("t", 0))
     run(pipeline, lambda: cluster.group.get(("t", 0)) == 0)
     logs[("t", 0)].plain(5)
@@ -777,4 +779,21 @@ def test_the_next_batches_are_fetched_while_a_commit_waits() -> None:
     run(pipeline, lambda: state.tracker is not None and state.tracker.next_offset == 15)
     pipeline._commit_soon = True
     run(pipeline, lambda: state.checkpoint == 15)
+    check_committed(cluster, logs)
+
+
+def test_small_uncompressed_batches_are_written_merged() -> None:
+    logs = {("t", 0): SourceLog()}
+    pipeline, cluster, src, _ = setup(logs, transaction_interval_s=1000.0)
+    state = start(pipeline, ("t", 0))
+    run(pipeline, lambda: cluster.group.get(("t", 0)) == 0)
+    logs[("t", 0)].plain(6, codec=NONE)
+    src.logs = {("t", 0): logs[("t", 0)].raws}
+    run(pipeline, lambda: state.tracker is not None and state.tracker.next_offset == 18)
+    done = pipeline.release(state)
+    run(pipeline, done.is_set)
+    written = [w for txn in cluster.txns for w in txn.writes]
+    # Six source batches of three records, fetched together, went out as fewer batches.
+    assert len(written) < 6 and sum(len(offsets) for _, offsets, _ in written) == 18
+    assert state.checkpoint == 18 == cluster.group[("t", 0)]
     check_committed(cluster, logs)

@@ -235,7 +235,7 @@ class BatchPartition:
                 tracker.sent(batch.last_offset, source_gap=True)
                 tracker.acked(batch.last_offset)
                 continue
-            batch = self._merged_with_next(batch)
+            batch = self.merged_with_next(batch)
             tracker.sent(batch.last_offset, source_gap=True)
             sequence = self.next_sequence
             self.next_sequence = increment_sequence(sequence, batch.record_count)
@@ -248,7 +248,7 @@ class BatchPartition:
             return sent, fetched_at
         return None, None
 
-    def _merged_with_next(self, batch: RecordBatch) -> RecordBatch:
+    def merged_with_next(self, batch: RecordBatch) -> RecordBatch:
         """``batch`` merged with the small batches queued right after it (strait.worker.batch.merging),
         up to ``merge_bytes``; ``batch`` itself when none can join it."""
         queue = self.queue

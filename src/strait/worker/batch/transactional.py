@@ -59,6 +59,7 @@ from strait.worker.batch.core import RETRY_BACKOFF_S
 from strait.worker.batch.fetching import Fetching
 from strait.worker.batch.leaders import LeaderCache
 from strait.worker.batch.link import ClusterLink, Key, Links
+from strait.worker.batch.merging import MERGED_MAX_BYTES
 from strait.worker.batch.partition import BatchPartition
 from strait.worker.batch.records import RecordBatch
 from strait.worker.batch.transactions import SessionDead, TransactionAbortable, TransactionError
@@ -131,6 +132,7 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         transaction_interval_s: float = TRANSACTION_INTERVAL_S,
         transaction_linger_s: float = TRANSACTION_LINGER_S,
         transaction_max_bytes: int = TRANSACTION_MAX_BYTES,
+        merge_bytes: int = MERGED_MAX_BYTES,
         transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS,
         call_timeout_s: float = CALL_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
@@ -150,6 +152,7 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         self._interval_s = transaction_interval_s
         self._linger_s = min(transaction_linger_s, transaction_interval_s)
         self._max_bytes = transaction_max_bytes
+        self._merge_bytes = merge_bytes
         self._transaction_timeout_ms = transaction_timeout_ms
         self._call_timeout_s = call_timeout_s
         self._session_factory = session_factory or self._new_session
@@ -361,7 +364,9 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         for _, asked, _ in self._fetches.values():
             if key in asked:
                 asked[key] = -1  # an answer for an earlier copy of the partition: dropped
-        part = BatchPartition(state, tracker, destination=destination, compacted=compacted, merge_bytes=0)
+        part = BatchPartition(
+            state, tracker, destination=destination, compacted=compacted, merge_bytes=self._merge_bytes
+        )
         old = self._parts.get(key)
         if old is not None:
             old.stop()
@@ -467,6 +472,9 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
                 if txn is None:
                     txn = self._txn[key] = _Txn(part)
                 if produce:
+                    # One batch per partition per produce request, at most five in flight: small
+                    # uncompressed batches go out merged, as at-least-once (strait.worker.batch.merging).
+                    batch = part.merged_with_next(batch)
                     session = self._begin_txn(now)
                     session.write(part.destination, batch)
                     self._txn_bytes += batch.size
