@@ -11,7 +11,8 @@ producer fields, into transactions of ONE transactional id through a
 One transaction, on the loop's thread:
 
 1. the first batch (or a partition added or moved without one) begins it; every fetched batch
-   is written (``write``, sent by the next ``pump``) and registered with the partition's
+   is written (``write``, sent by the next ``pump``; small uncompressed ones merged, as
+   at-least-once merges them) and registered with the partition's
    tracker, unacknowledged (batches fetched while the last transaction was committing, which
    fetches go on during, are written first);
 2. every ``transaction_interval_s``, once ``transaction_max_bytes`` were written, when a
