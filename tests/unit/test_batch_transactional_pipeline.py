@@ -733,22 +733,9 @@ class BehindSource(FakeSource):
 
 def test_a_transaction_with_more_to_fetch_waits_for_the_interval() -> None:
     logs = {("t", 0): SourceLog()}
-    cluster, clock = FakeCluster(), Clock()
-    src = BehindSource({})
-    pipeline = TransactionalBatchPipeline(
-        name="txb",
-        source={},
-        destination={},
-        client_id="c",
-        transactional_id=TXN_ID,
-        checkpoint_group=GROUP,
-        links=FakeLinks(src, clock),  # type: ignore[arg-type]
-        session_factory=lambda link: FakeSession(cluster, TXN_ID),
-        clock=clock,
-        transaction_interval_s=0.5,
-        transaction_linger_s=0.0,
-    )
-    src.logs = {("t", 0): logs[("t", 0)].raws}
+    pipeline, cluster, _, clock = setup(logs, transaction_interval_s=0.5, transaction_linger_s=0.0)
+    src = BehindSource({("t", 0): logs[("t", 0)].raws})
+    pipeline._links.source = src  # type: ignore[union-attr]
     state = start(pipeline, ("t", 0))
     run(pipeline, lambda: cluster.group.get(("t", 0)) == 0)
     logs[("t", 0)].plain(4)

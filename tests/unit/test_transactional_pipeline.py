@@ -85,6 +85,7 @@ class TxnProducer(FakeProducer):
 def _pipeline(consumer: FakeConsumer, producer: TxnProducer, **options: Any) -> TransactionalPipeline:
     # Commits at the interval only, unless a scenario asks for the early commit of a caught-up one.
     options.setdefault("transaction_linger_s", 3600.0)
+    options.setdefault("settings", PipelineSettings(batch_size=1000))
     return TransactionalPipeline(
         transactional_id=lambda name: f"strait.r.w1.{name}",
         checkpoint_group="strait.r",
@@ -93,7 +94,6 @@ def _pipeline(consumer: FakeConsumer, producer: TxnProducer, **options: Any) -> 
         destination={},
         group_id="g",
         client_id="c",
-        settings=PipelineSettings(batch_size=1000),
         consumer=consumer,
         producer=producer,
         **options,
@@ -743,17 +743,10 @@ def test_a_transaction_lingers_while_the_consumer_hands_out_full_batches(monkeyp
     monkeypatch.setattr(transactional, "group_metadata", lambda *_: object())
     producer = TxnProducer()
     consumer = FakeConsumer({0: list(range(100))})
-    pipeline = TransactionalPipeline(
-        transactional_id=lambda name: f"strait.r.w1.{name}",
-        checkpoint_group="strait.r",
-        name="realtime",
-        source={},
-        destination={},
-        group_id="g",
-        client_id="c",
+    pipeline = _pipeline(
+        consumer,
+        producer,
         settings=PipelineSettings(batch_size=1),  # every fetch a full batch: more may be waiting
-        consumer=consumer,
-        producer=producer,
         transaction_interval_s=3600.0,
         transaction_linger_s=0.0,
     )
