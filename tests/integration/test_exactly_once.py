@@ -251,8 +251,9 @@ def test_a_fenced_owner_writes_nothing_more_and_its_successor_copies_exactly_onc
     route, topic, partitions = _name("eosz"), _name("eos-zombie"), 2
     _create(src, topic, partitions)
     _produce(src, topic, partitions, 0, 2000)
-    # Transactions of 30 s: the fence below lands while one holds acknowledged copies.
-    zombie = make_copier(route, "w1", transaction_interval_ms=30_000)
+    # Transactions of 30 s, even when caught up: the fence below lands while one holds
+    # acknowledged copies.
+    zombie = make_copier(route, "w1", transaction_interval_ms=30_000, transaction_linger_ms=30_000)
     tasks = [PartitionTask(route, topic, p, topic) for p in range(partitions)]
     zombie.assign(tasks)
     stats = zombie.stats
@@ -398,8 +399,9 @@ def test_a_commit_whose_answer_is_lost_copies_nothing_twice(
     _produce(src, topic, partitions, 0, 1000)
     # The hung commit is given up after 3 s instead of the production deadline.
     monkeypatch.setattr(transactional, "HUNG_AFTER_S", 3.0)
-    # Transactions of 2 s: the one whose answer is lost holds a good share of the records below.
-    copier = make_copier(route, "w1", transaction_interval_ms=2000)
+    # Transactions of 2 s, even when caught up: the one whose answer is lost holds a good share
+    # of the records below.
+    copier = make_copier(route, "w1", transaction_interval_ms=2000, transaction_linger_ms=2000)
     tasks = [PartitionTask(route, topic, p, topic) for p in range(partitions)]
     copier.assign(tasks)
     _wait(lambda: _checkpoints(copier, tasks) == [1000] * partitions, 90, "the first records copied")
