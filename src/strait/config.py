@@ -309,10 +309,10 @@ class RouteConfig(_Model):
     # once it keeps up), each partition whose batches cannot pass unchanged (compacted gaps,
     # a destination compression.type other than the source's codec, old message formats) record
     # by record, with the reason in its stats. record: every partition record by record.
-    # Exactly-once routes with offset_map: true, and active-active exactly-once routes, copy
-    # record by record whatever this says (the reason is in their stats too; see
-    # strait.worker.agent.copy_mode); other exactly-once routes copy whole batches inside their
-    # transactions, other active-active routes whole batches told apart by producer id.
+    # Active-active exactly-once routes copy record by record whatever this says (the reason is
+    # in their stats too; see strait.worker.agent.copy_mode); other exactly-once routes copy
+    # whole batches inside their transactions (with the offset map's runs), other active-active
+    # routes whole batches told apart by producer id.
     # (`copy` in the file; `copy_mode` in code, as pydantic models have a copy() method.)
     copy_mode: Literal["record", "batch"] = Field(default="batch", alias="copy")
     # Partitions more than this many records behind are copied by the route's catch-up pipeline,

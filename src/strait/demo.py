@@ -252,7 +252,9 @@ class Fleet:
         port = self.ports.setdefault(name, free_port())
         self._spawn(name, ["controller", "--id", name, "--listen", f"127.0.0.1:{port}"])
         url = f"http://127.0.0.1:{port}"
-        if not wait_until(lambda: bool(ControllerClient(url, timeout_s=2).call("GET", "/health")), 30):
+        # A controller waits up to 30 s for a coordination cluster too busy to answer
+        # (strait.coordination.kafka.START_TIMEOUT_S), then has its API up.
+        if not wait_until(lambda: bool(ControllerClient(url, timeout_s=2).call("GET", "/health")), 60):
             raise RuntimeError(f"controller {name} did not start; see {self.workdir / (name + '.log')}")
         return url
 

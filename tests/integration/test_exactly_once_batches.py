@@ -2,8 +2,10 @@
 zstd batches drains through the transactional `batch` pipeline, new records through the
 transactional `realtime-batch` one; a read_committed reader sees every source record exactly
 once with its key, value, headers and timestamp, stored in the source's codec, and the
-destination group's checkpoints at the source end. Fencing the worker's transactional ids stops
-every partition, and the destination then holds exactly the records its checkpoints cover."""
+destination group's checkpoints at the source end, and the route's offset map (written inside
+the same transactions) sends every source offset to exactly where its copy is. Fencing the
+worker's transactional ids stops every partition, and the destination then holds exactly the
+records its checkpoints cover."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 from strait.config import RouteConfig
 from strait.demo import create_topic
 from strait.fencing import fence, worker_transactional_ids
+from strait.offsetmap.store import read_map
 from strait.sandbox import Sandbox
 from strait.worker.batch.records import Codec
 from strait.worker.copier import BATCH, REALTIME_BATCH, Copier
@@ -54,7 +57,6 @@ def make_copier(sandbox: Sandbox) -> Iterator[Callable[[str], Copier]]:
             source="src",
             destination="dst",
             delivery="exactly-once",
-            offset_map=False,
             realtime_copy="batch",
             catchup_lag_threshold=THRESHOLD,
             transaction_max_bytes=128 * 1024,  # the backlog spans several transactions
@@ -124,6 +126,11 @@ def test_an_exactly_once_route_copies_whole_batches_once(
         # Whole batches, in the source's codec, inside transactions.
         data = [b for b in stored_batches(dst, task.destination_topic, 0) if not b.is_control]
         assert {b.codec for b in data} == {Codec[codec.upper()]} and all(b.is_transactional for b in data), codec
+        # The offset map: each source offset to the offset of its copy, and nothing else.
+        entry = read_map(dst, route)[(task.topic, 0)]
+        assert entry.destination_topic == task.destination_topic
+        mapped = {run.source + i: run.destination + i for run in entry.runs for i in range(run.count)}
+        assert mapped == {s[4]: c[4] for s, c in zip(source_rows, copied_rows, strict=True)}, codec
 
     # Fenced as the controller fences a dead worker: every partition stops, and what the
     # destination holds is exactly what its committed checkpoints cover.

@@ -262,14 +262,15 @@ def test_batch_is_the_default_where_the_route_allows_it() -> None:
     assert copy_mode(route(delivery="at-least-once", offset_map=False, naming={"prefix": "a."})) == ("batch", "")
     # Two-way routes too: copies are told by their producer ids (strait.worker.batch.provenance).
     assert copy_mode(route(active_active=True)) == ("batch", "")
+    # Exactly-once routes, with the offset map (the default) or without, in transactions.
+    assert copy_mode(route(delivery="exactly-once")) == ("batch", "")
+    assert copy_mode(route(delivery="exactly-once", offset_map=False)) == ("batch", "")
 
 
 @pytest.mark.parametrize(
     ("options", "reason"),
     [
         ({"copy": "record"}, "route option copy: record"),
-        ({"delivery": "exactly-once"}, "exactly-once route"),
-        ({"delivery": "exactly-once", "copy": "batch"}, "exactly-once route"),
         ({"active_active": True, "delivery": "exactly-once"}, "active-active exactly-once route"),
         ({"active_active": True, "copy": "record"}, "route option copy: record"),
         # What the route asked for comes first: nothing fell back.

@@ -6,7 +6,9 @@ outcome) stops them with a ``fenced:`` error, releases wait for the commit, aban
 Generated histories of adds, releases, abandons, source appends, aborts, fences and lost
 commits keep the invariants: a read_committed view of the destination holds every source record
 of the copied range exactly once, in order; the committed checkpoints never pass what a
-read_committed reader sees; nothing is written by a session after it was fenced.
+read_committed reader sees; nothing is written by a session after it was fenced; with an offset
+map, its committed runs send each committed record's source offset to exactly the destination
+offset a read_committed reader finds it at.
 """
 
 from __future__ import annotations
@@ -19,7 +21,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatch
 
+from strait.offsetmap.codec import decode, map_topic
+from strait.offsetmap.store import TransactionMap
+from strait.offsetmap.translate import merge
 from strait.worker.batch.compat import DestinationTopic
 from strait.worker.batch.link import Key
 from strait.worker.batch.records import RecordBatch, split_batches
@@ -49,7 +55,9 @@ class Clock:
 class Txn:
     epoch: int
     session: FakeSession | None = None
-    writes: list[tuple[Key, list[int], bytes]] = field(default_factory=list)
+    # (destination partition, source offsets, payload, destination base offset)
+    writes: list[tuple[Key, list[int], bytes, int]] = field(default_factory=list)
+    raws: list[tuple[Key, bytes]] = field(default_factory=list)  # the whole batches written
     offsets: dict[Key, int] = field(default_factory=dict)
     status: str = "open"  # committed, aborted; "prepared": EndTxn(commit) reached the coordinator
 
@@ -65,20 +73,32 @@ class FakeCluster:
         self.faults: list[str] = []
         self.writes_after_death = 0
         self.sessions: list[FakeSession] = []
+        self.ends: dict[Key, int] = {}  # destination log ends: every batch and marker takes offsets
+
+    def append(self, key: Key, count: int) -> int:
+        base = self.ends.get(key, 0)
+        self.ends[key] = base + count
+        return base
+
+    def end(self, txn: Txn, status: str) -> None:
+        """The transaction ends: a marker in each partition it wrote."""
+        txn.status = status
+        for key in {w[0] for w in txn.writes}:
+            self.append(key, 1)
 
     def take_id(self, transactional_id: str) -> int:
         """InitProducerId: a new epoch; the earlier epoch's open transaction is aborted, a
         prepared commit completed."""
         for txn in self.txns:
             if txn.status == "open":
-                txn.status = "aborted"
+                self.end(txn, "aborted")
             elif txn.status == "prepared":
                 self._commit(txn)
         self.epoch[transactional_id] = self.epoch.get(transactional_id, 0) + 1
         return self.epoch[transactional_id]
 
     def _commit(self, txn: Txn) -> None:
-        txn.status = "committed"
+        self.end(txn, "committed")
         self.group.update(txn.offsets)
 
     def checkpoint(self, key: Key) -> int:
@@ -92,19 +112,46 @@ class FakeCluster:
                 self._commit(txn)
             elif txn.status == "open" and txn.session is not None:
                 if txn.session.dead or self.epoch.get(txn.session.id) != txn.epoch:
-                    txn.status = "aborted"
+                    self.end(txn, "aborted")
                 else:
                     assert key not in txn.offsets, f"{key}: started while its offsets are pending"
         return self.group.get(key, 0)
 
     def committed_offsets(self, key: Key) -> list[int]:
         """The source offsets of the records a read_committed reader sees in ``key``, in order."""
-        return [
-            o for txn in self.txns if txn.status == "committed" for k, offs, _ in txn.writes if k == key for o in offs
-        ]
+        committed = [w for txn in self.txns if txn.status == "committed" for w in txn.writes]
+        return [o for k, offs, _, _ in committed if k == key for o in offs]
 
     def committed_payloads(self, key: Key) -> list[bytes]:
-        return [p for txn in self.txns if txn.status == "committed" for k, _, p in txn.writes if k == key]
+        return [p for txn in self.txns if txn.status == "committed" for k, _, p, _ in txn.writes if k == key]
+
+    def committed_places(self, key: Key) -> dict[int, int]:
+        """Source offset to the destination offset a read_committed reader finds it at."""
+        return {
+            o: base + i
+            for txn in self.txns
+            if txn.status == "committed"
+            for k, offs, _, base in txn.writes
+            if k == key
+            for i, o in enumerate(offs)
+        }
+
+    def committed_map(self, route: str = "r") -> dict[Key, dict[int, int]]:
+        """What the offset map's committed runs say, per source partition (merged as a reader
+        merges them): source offset to destination offset."""
+        runs: dict[Key, list[Any]] = {}
+        for txn in self.txns:
+            if txn.status != "committed":
+                continue
+            for k, raw in txn.raws:
+                if k == (map_topic(route), 0):
+                    for record in DefaultRecordBatch(raw):
+                        entry = decode(record.value)
+                        runs.setdefault((entry.topic, entry.partition), []).append(entry.run)
+        return {
+            key: {run.source + i: run.destination + i for run in merge(found) for i in range(run.count)}
+            for key, found in runs.items()
+        }
 
 
 class FakeSession:
@@ -119,6 +166,7 @@ class FakeSession:
         self.dead = False
         self.txn: Txn | None = None
         self.failed: TransactionAbortable | None = None
+        self.stored: list[tuple[Key, RecordBatch, int]] = []
         cluster.sessions.append(self)
 
     def _check(self) -> None:
@@ -149,6 +197,7 @@ class FakeSession:
         assert self.txn is None, "begin with a transaction open"
         self.txn = Txn(self.epoch, self)
         self.cluster.txns.append(self.txn)
+        self.stored = []
 
     def write(self, key: Key, batch: RecordBatch) -> int:
         if self.dead:
@@ -158,8 +207,15 @@ class FakeSession:
         assert not batch.is_control and not batch.has_inner_gaps
         if self.cluster.epoch.get(self.id) == self.epoch:  # a zombie's batches are refused
             offsets = list(range(batch.base_offset, batch.base_offset + batch.record_count))
-            self.txn.writes.append((key, offsets, bytes(batch.payload())))
+            base = self.cluster.append(key, batch.last_offset_delta + 1)
+            self.txn.writes.append((key, offsets, bytes(batch.payload()), base))
+            self.txn.raws.append((key, bytes(batch.data)))
+            self.stored.append((key, batch, base))
         return 0
+
+    def appended(self) -> list[tuple[Key, RecordBatch, int]]:
+        stored, self.stored = self.stored, []
+        return stored
 
     def send_offsets(self, group: str, offsets: Mapping[Key, int]) -> None:
         self._check()
@@ -194,9 +250,10 @@ class FakeSession:
         assert timeout_s > 0
         self._check()
         if self.txn is not None:
-            self.txn.status = "aborted"
+            self.cluster.end(self.txn, "aborted")
         self.txn = None
         self.failed = None
+        self.stored = []
 
 
 class FakeDestinationLink:
@@ -264,6 +321,8 @@ def setup(
     # Scenarios that hold a transaction open set a long interval: no early commit either,
     # unless they ask for one.
     options.setdefault("transaction_linger_s", 1000.0)
+    if options.pop("offset_map", False):
+        options["offset_map"] = ReadyMap()
     pipelines: list[TransactionalBatchPipeline] = []
     pipeline = TransactionalBatchPipeline(
         name="txb",
@@ -279,6 +338,16 @@ def setup(
     )
     pipelines.append(pipeline)
     return pipeline, cluster, src, clock
+
+
+class ReadyMap(TransactionMap):
+    """The route's offset map, its topic there (no admin client)."""
+
+    def __init__(self) -> None:
+        super().__init__({}, "r")
+
+    def writable(self) -> bool:
+        return True
 
 
 def start(pipeline: TransactionalBatchPipeline, key: Key, offset: int = 0, *, move: bool = False) -> PartitionState:
@@ -302,6 +371,13 @@ def check_committed(cluster: FakeCluster, logs: dict[Key, SourceLog]) -> None:
         seen = cluster.committed_offsets(key)
         checkpoint = cluster.group.get(key, 0)
         assert seen == [o for o in log.data if o < checkpoint], f"{key}: {seen} vs checkpoint {checkpoint}"
+
+
+def check_map(cluster: FakeCluster, logs: dict[Key, SourceLog]) -> None:
+    """The committed runs map every committed record, and nothing else, to where it is."""
+    mapped = cluster.committed_map()
+    for key in logs:
+        assert mapped.get(key, {}) == cluster.committed_places(key), key
 
 
 # -- scenarios -----------------------------------------------------------------------------
@@ -583,10 +659,12 @@ def test_generated_histories_keep_the_invariants(data: st.DataObject) -> None:
     logs = {key: SourceLog() for key in KEYS}
     for log in logs.values():
         log.plain(data.draw(st.integers(0, 3)))
+    offset_map = data.draw(st.booleans())
     pipeline, cluster, src, _ = setup(
         logs,
         transaction_interval_s=data.draw(st.sampled_from([0.0, 0.05, 0.3])),
         transaction_linger_s=data.draw(st.sampled_from([0.0, 0.02, 1000.0])),
+        offset_map=offset_map,
     )
     assigned: dict[Key, PartitionState] = {}
     waiting: list[tuple[Key, PartitionState, threading.Event]] = []
@@ -597,6 +675,8 @@ def test_generated_histories_keep_the_invariants(data: st.DataObject) -> None:
     def check() -> None:
         check_committed(cluster, logs)
         assert cluster.writes_after_death == 0
+        if offset_map:
+            check_map(cluster, logs)
         for key, state in assigned.items():
             if state.checkpoint is not None:
                 assert state.checkpoint <= cluster.group.get(key, 0), f"{key}: checkpoint past the committed one"
@@ -781,6 +861,36 @@ def test_small_uncompressed_batches_are_written_merged() -> None:
     run(pipeline, done.is_set)
     written = [w for txn in cluster.txns for w in txn.writes]
     # Six source batches of three records, fetched together, went out as fewer batches.
-    assert len(written) < 6 and sum(len(offsets) for _, offsets, _ in written) == 18
+    assert len(written) < 6 and sum(len(offsets) for _, offsets, _, _ in written) == 18
     assert state.checkpoint == 18 == cluster.group[("t", 0)]
     check_committed(cluster, logs)
+
+
+def test_the_offset_map_runs_commit_in_the_transactions_of_their_batches() -> None:
+    logs = {("t", 0): SourceLog(), ("t", 1): SourceLog()}
+    pipeline, cluster, src, _ = setup(logs, transaction_interval_s=1000.0, offset_map=True)
+    states = [start(pipeline, key) for key in logs]
+    run(pipeline, lambda: all(cluster.group.get(key) == 0 for key in logs))
+    logs[("t", 0)].plain(4, codec=NONE)  # merged into fewer batches: one run still
+    logs[("t", 1)].transaction(2, commit=True)  # the source's marker breaks the run
+    logs[("t", 1)].plain(1)
+    src.logs = {k: v.raws for k, v in logs.items()}
+    ends = [log.end for log in logs.values()]
+    run(pipeline, lambda: [s.tracker.next_offset if s.tracker else None for s in states] == ends)
+    pipeline._commit_soon = True
+    run(pipeline, lambda: [s.checkpoint for s in states] == ends)
+    committed = [txn for txn in cluster.txns if txn.status == "committed" and txn.writes]
+    map_key = (map_topic("r"), 0)
+    assert all(map_key in {w[0] for w in txn.writes} for txn in committed)
+    check_map(cluster, logs)
+    # An aborted transaction's runs are never visible, and the next one maps the copy again.
+    logs[("t", 0)].plain(2)
+    src.logs = {k: v.raws for k, v in logs.items()}
+    run(pipeline, lambda: states[0].tracker is not None and states[0].tracker.next_offset == logs[("t", 0)].end)
+    cluster.faults = ["abortable"]
+    run(pipeline, lambda: pipeline.aborts == 1)
+    pipeline._commit_soon = True
+    run(pipeline, lambda: states[0].checkpoint == logs[("t", 0)].end)
+    assert any(txn.status == "aborted" and txn.writes for txn in cluster.txns)
+    check_map(cluster, logs)
+    assert pipeline._map is not None and pipeline._map.published >= 3 and pipeline._map.failures == 0

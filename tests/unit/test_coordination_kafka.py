@@ -177,3 +177,53 @@ def test_the_acls_cover_the_names_the_kafka_store_gives_its_resources() -> None:
         assert acls.Op.DESCRIBE in granted(acls.GROUP, reader_group(prefix))
         for topic in (f"{prefix}.state", f"{prefix}.live"):
             assert {acls.Op.CREATE, acls.Op.WRITE, acls.Op.READ} <= granted(acls.TOPIC, topic)
+
+
+class _Future:
+    def __init__(self, error: int | None) -> None:
+        self.error = error
+
+    def result(self) -> None:
+        if self.error is not None:
+            from confluent_kafka import KafkaError, KafkaException
+
+            raise KafkaException(KafkaError(self.error))
+
+
+class _Admin:
+    """CreateTopics answering each topic with the next of ``errors`` (None: created)."""
+
+    def __init__(self, errors: list[int | None]) -> None:
+        self.errors = errors
+        self.calls = 0
+
+    def create_topics(self, topics: list[object], **_: object) -> dict[str, _Future]:
+        self.calls += 1
+        error = self.errors.pop(0)
+        return {getattr(t, "topic", str(i)): _Future(error) for i, t in enumerate(topics)}
+
+
+def _store_with(admin: _Admin) -> object:
+    from strait.coordination.kafka import KafkaStore
+
+    store = object.__new__(KafkaStore)
+    store._admin = admin  # type: ignore[attr-defined]
+    store._state_topic, store._live_topic, store._timeout_s = "s", "l", 6.0  # type: ignore[attr-defined]
+    return store
+
+
+def test_a_cluster_too_slow_to_create_the_topics_is_asked_again_until_the_last_try() -> None:
+    from confluent_kafka import KafkaError
+
+    from strait.coordination.store import StoreUnavailable
+
+    store = _store_with(_Admin([KafkaError._TIMED_OUT, KafkaError.TOPIC_ALREADY_EXISTS]))
+    assert store._ensure_topics(last=False) is False  # type: ignore[attr-defined]
+    assert store._ensure_topics(last=False) is True  # type: ignore[attr-defined]
+    late = _store_with(_Admin([KafkaError._TIMED_OUT]))
+    with pytest.raises(StoreUnavailable, match="Timed out"):
+        late._ensure_topics(last=True)  # type: ignore[attr-defined]
+    # What no retry mends is said at once.
+    refused = _store_with(_Admin([KafkaError.TOPIC_AUTHORIZATION_FAILED]))
+    with pytest.raises(StoreUnavailable, match="cannot create the coordination topic"):
+        refused._ensure_topics(last=False)  # type: ignore[attr-defined]

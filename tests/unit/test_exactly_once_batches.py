@@ -11,11 +11,10 @@ import pytest
 
 from strait.config import StraitConfig, parse_config
 from strait.fencing import PIPELINES, transactional_id, worker_transactional_ids
-from strait.worker.agent import EXACTLY_ONCE_OFFSET_MAP, copier_factory, copy_mode
+from strait.worker.agent import copier_factory, copy_mode
 from strait.worker.batch.remote import BacklogProcess
 from strait.worker.batch.transactional import TransactionalBatchPipeline
 from strait.worker.copier import BATCH, CATCHUP, REALTIME, REALTIME_BATCH, Copier
-from strait.worker.exactly_once import exactly_once_parts
 from strait.worker.lease import Lease
 from strait.worker.transactional import TransactionalPipeline
 
@@ -44,16 +43,16 @@ def build() -> Iterator[Any]:
         copier.stop(drain=False, timeout_s=0)
 
 
-def test_an_exactly_once_route_without_an_offset_map_copies_whole_batches() -> None:
-    route = _config(offset_map=False).routes[0]
+@pytest.mark.parametrize("offset_map", [True, False])
+def test_an_exactly_once_route_copies_whole_batches_with_or_without_an_offset_map(offset_map: bool) -> None:
+    route = _config(offset_map=offset_map).routes[0]
     assert copy_mode(route) == ("batch", "")
 
 
 @pytest.mark.parametrize(
     ("options", "reason"),
     [
-        ({}, EXACTLY_ONCE_OFFSET_MAP),  # the offset map is on by default
-        ({"offset_map": True, "copy": "batch"}, EXACTLY_ONCE_OFFSET_MAP),
+        ({"copy": "record"}, "route option copy: record"),
         ({"offset_map": False, "copy": "record"}, "route option copy: record"),
         ({"offset_map": False, "active_active": True}, "active-active exactly-once route"),
     ],
@@ -95,15 +94,12 @@ def test_the_route_options_reach_the_batch_pipelines(build: Any) -> None:
     assert batch._interval_s == 0.25 and batch._max_bytes == 1 << 20
 
 
-def test_an_exactly_once_route_with_an_offset_map_has_no_batch_pipeline(build: Any) -> None:
-    copier = build()
-    moves = copier._moves
-    assert moves.batch is None and moves.realtime_batch is None
-    assert isinstance(moves.realtime, TransactionalPipeline)
-    assert copier._copy_reason == EXACTLY_ONCE_OFFSET_MAP
-
-
-def test_batch_pipelines_with_an_offset_map_are_refused() -> None:
-    route = _config().routes[0]
-    with pytest.raises(ValueError, match="offset map"):
-        exactly_once_parts(route, source=NOWHERE, destination=NOWHERE, worker_id="w1", batches=True)
+def test_the_batch_pipelines_write_the_offset_map_when_the_route_keeps_one(build: Any) -> None:
+    with_map = build()._moves
+    assert isinstance(with_map.batch, TransactionalBatchPipeline)
+    assert isinstance(with_map.realtime_batch, TransactionalBatchPipeline)
+    for pipeline in (with_map.batch, with_map.realtime_batch, with_map.realtime):
+        assert pipeline._map is not None and pipeline._map.topic == "__strait_offsets.r"
+    without = build(offset_map=False)._moves
+    for pipeline in (without.batch, without.realtime_batch, without.realtime):
+        assert pipeline._map is None

@@ -63,10 +63,6 @@ def render_config(
         route["delivery"] = delivery
     if copy is not None:
         route["copy"] = copy
-        if delivery == "exactly-once" and copy == "batch":
-            # Only without the offset map does an exactly-once route copy whole batches (its
-            # runs go into the transactions from record mode only).
-            route["offset_map"] = False
     if groups is not None:
         route["groups"] = dict(groups)
     return {

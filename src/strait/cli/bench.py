@@ -573,9 +573,8 @@ def delivery(
     copy: str = typer.Option(
         "default",
         "--copy",
-        help="Copy modes of the at-least-once runs: default (the route's), record, batch (comma-separated); "
-        "exactly-once runs record by record (its route keeps the offset map) and, with batch among them, also "
-        "in batch mode without the offset map.",
+        help="Copy modes to run both delivery modes in: default (the route's), record, batch (comma-separated); "
+        "each ratio divides exactly-once by at-least-once in the same copy mode.",
     ),
     systems: str = typer.Option(
         "strait,mm2",

@@ -79,6 +79,19 @@ CHUNK_BYTES = 256 * 1024
 _TORN_READ_TRIES = 20
 _UNOWNED = "unowned"
 # Keys of the live topic; every other key is in the state topic.
+# How long start() keeps trying while the cluster cannot answer (its KRaft controller busy or
+# moving): a controller or worker restarted during such a moment waits instead of exiting.
+START_TIMEOUT_S = 30.0
+_START_RETRY_S = 1.0
+# Errors of CreateTopics that pass: the cluster is there, only slow or between controllers.
+_TRANSIENT = {
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_CONTROLLER,
+}
+
 _LIVE_KEYS = ("leader/", "worker/", "stats/", "known/", "drain/")
 # Names of the transactional id and the group, under one prefix the ACLs grant.
 NAME_PREFIX = "strait-coordination"
@@ -196,21 +209,24 @@ class KafkaStore:
 
     # --- session -------------------------------------------------------------------------
     def start(self) -> None:
-        self._ensure_topics()
+        started = time.monotonic()
+        while not self._ensure_topics(last=time.monotonic() - started >= START_TIMEOUT_S):
+            time.sleep(_START_RETRY_S)
         self._consumer.assign([TopicPartition(t, 0, 0) for t in self._views])
         for target, name in ((self._read, "reader"), (self._dispatch, "watches")):
             thread = threading.Thread(target=target, name=f"strait-coordination-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
-        deadline = time.monotonic() + max(10.0, self._timeout_s)
+        deadline = started + max(START_TIMEOUT_S, self._timeout_s)
         while True:
             try:
-                self._sync(max(1.0, deadline - time.monotonic()))
+                self._sync(max(1.0, min(deadline - time.monotonic(), 2 * self._timeout_s)))
                 break
-            except StoreUnavailable:
-                # Topics just created have no leader for a moment.
+            except StoreUnavailable as exc:
+                # Topics just created have no leader for a moment; a busy cluster answers late.
                 if time.monotonic() > deadline:
                     raise
+                log.warning("coordination store not read to its end yet (%s); trying again", exc)
                 time.sleep(0.1)
         with self._cond:
             self._caught_up = True
@@ -220,7 +236,9 @@ class KafkaStore:
         beater.start()
         self._threads.append(beater)
 
-    def _ensure_topics(self) -> None:
+    def _ensure_topics(self, *, last: bool = True) -> bool:
+        """Create the coordination topics if missing; False after a transient error when this
+        is not the ``last`` try (the caller tries again), StoreUnavailable otherwise."""
         topics = [
             NewTopic(self._state_topic, 1, -1, config={"cleanup.policy": "compact"}),
             # Heartbeats rewrite the same keys every second: small segments let compaction keep up.
@@ -236,8 +254,14 @@ class KafkaStore:
             try:
                 future.result()
             except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise StoreUnavailable(f"cannot create the coordination topic {name}: {exc}") from exc
+                code = exc.args[0].code()
+                if code == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue
+                if code in _TRANSIENT and not last:
+                    log.warning("coordination topic %s not created yet (%s); trying again", name, exc)
+                    return False
+                raise StoreUnavailable(f"cannot create the coordination topic {name}: {exc}") from exc
+        return True
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # best effort: heartbeats stop either way

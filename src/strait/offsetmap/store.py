@@ -153,8 +153,7 @@ class TransactionMap:
         if not runs:
             return None
         if not self.writable():
-            self.failures += len(runs)
-            self.cost.failed(len(runs))
+            self.dropped(len(runs))
             return None
         try:
             self._write(producer, runs)
@@ -184,6 +183,25 @@ class TransactionMap:
             self.bytes += size
             self.cost.written(written, size)
         return written
+
+    def encoded(self, runs: Iterable[tuple[str, int, str, Run]]) -> list[tuple[bytes, bytes]]:
+        """The (key, value) records of ``runs`` for a writer that builds its own batch (the
+        exactly-once batch pipeline), counted as written; it reports :meth:`appended` or
+        :meth:`failed`."""
+        records = [encode(MapEntry(topic, partition, dt, run)) for topic, partition, dt, run in runs]
+        size = sum(len(k) + len(v) for k, v in records)
+        self.bytes += size
+        self.cost.written(len(records), size)
+        return records
+
+    def appended(self, count: int) -> None:
+        """``count`` runs written by :meth:`encoded` were appended to the open transaction."""
+        self.published += count
+
+    def dropped(self, count: int) -> None:
+        """``count`` runs go without being written (the map is not writable now)."""
+        self.failures += count
+        self.cost.failed(count)
 
     def failure(self) -> str | None:
         """Why the runs last written are not all acknowledged (then transactions go without

@@ -92,24 +92,16 @@ def copy_mode(route: RouteConfig) -> tuple[Literal["record", "batch"], str]:
     Batch (the default) where the route allows it; the batch pipeline may still hand single
     partitions to record mode (strait.worker.batch.compat). A route that asks for record mode
     gets it. Exactly-once routes copy whole batches inside transactions (their batch pipelines
-    are transactional), except with an offset map, whose runs go into the transactions from
-    record mode only. Active-active routes copy whole batches too: the batch pipeline tells
-    copies by their producer ids (strait.worker.batch.provenance), no header needed.
+    are transactional, and write the offset map's runs into them). Active-active routes copy
+    whole batches too: the batch pipeline tells copies by their producer ids
+    (strait.worker.batch.provenance), no header needed.
     """
     if route.copy_mode == "record":
         return "record", ROUTE_OPTION_RECORD
     if route.active_active and route.delivery == "exactly-once":
         # (The transactional batch copy publishes no producer ids for the opposite route.)
         return "record", "active-active exactly-once route (each copy carries the strait.origin header)"
-    if route.delivery == "exactly-once" and route.offset_map:
-        return "record", EXACTLY_ONCE_OFFSET_MAP
     return "batch", ""
-
-
-# Why an exactly-once route with an offset map copies record by record.
-EXACTLY_ONCE_OFFSET_MAP = (
-    "exactly-once route with an offset map (its runs go into the transactions from record mode only)"
-)
 
 
 def copier_factory(

@@ -40,8 +40,6 @@ def exactly_once_parts(
     batches), and checkpoints read from the destination."""
     from strait.worker.agent import checkpoint_group
 
-    if batches and route.offset_map:
-        raise ValueError(f"route {route.name}: exactly-once batch pipelines write no offset map")
     ids = partial(transactional_id, route.name, worker_id)
     transactions: dict[str, Any] = {
         "checkpoint_group": destination_group(route.name),
@@ -49,13 +47,13 @@ def exactly_once_parts(
         "transaction_linger_s": route.transaction_linger_ms / 1000,
         "transaction_max_bytes": route.transaction_max_bytes,
         "lease": lease,
+        # The offset map's runs go into the same transactions as their records.
+        "map_route": route.name if route.offset_map else None,
     }
     parts: dict[str, Any] = {
         "pipeline_factory": partial(
             TransactionalPipeline,
             transactional_id=ids,
-            # The offset map's runs go into the same transactions as their records.
-            map_route=route.name if route.offset_map else None,
             **transactions,
         ),
         "checkpoints": DestinationCheckpoints(

@@ -158,9 +158,6 @@ class _Run:
                     "delivery": o.delivery,
                     "replication_factor": self.replicas,
                     **({"copy": o.copy} if o.copy is not None else {}),
-                    # An exactly-once route copies whole batches only without the offset map
-                    # (its runs go into the transactions from record mode only).
-                    **({"offset_map": False} if o.copy == "batch" and o.delivery == "exactly-once" else {}),
                 }
             ],
             workdir=self.workdir / "fleet",

@@ -9,12 +9,10 @@ Two measurements, each made for both modes of the route's ``delivery`` key, alte
 - end-to-end latency at fixed produce rates, read by an independent ``read_committed`` reader
   (same harness as the latency scenario): arrival minus the send time stamped in the record.
 
-With ``copies`` the at-least-once runs are made once per Strait copy mode (``record``, ``batch``,
-None: the route's default). Exactly-once runs once with its route's defaults (the offset map on,
-whose runs go into the transactions from record mode only, so record by record) and, when
-``batch`` is among the copy modes, once more in batch mode without the offset map (whole batches
-inside transactions). Each ratio names the modes it divides: exactly-once batch by at-least-once
-batch where both ran, otherwise exactly-once record by record. With ``mm2`` among the bench's
+With ``copies`` both delivery modes run once per Strait copy mode (``record``, ``batch``, None:
+the route's default, batch), the route's offset map on as by default (an exactly-once route
+writes its runs into its transactions), and each ratio divides exactly-once by at-least-once in
+the same copy mode. With ``mm2`` among the bench's
 systems, MirrorMaker 2 runs exactly-once too (KIP-618: ``exactly.once.source.support`` on its
 destination, the source read ``read_committed``; its copy counted by the source offsets its tasks
 commit in the same transactions), and each row also divides Strait's exactly-once (batch mode
@@ -140,14 +138,11 @@ def delivery(
 
 
 def variants(copies: Sequence[str | None], n: int, *, mm2: bool = False) -> list[tuple[str, str, str | None]]:
-    """(system, delivery, copy mode) of each run of one configuration: Strait at-least-once once
-    per copy mode, exactly-once record by record (its route keeps the offset map) and, with
-    ``batch`` among the copy modes, in batch mode too; MirrorMaker 2 exactly-once with ``mm2``;
-    in alternating order, so none always runs first (cold caches, a fresh sandbox)."""
-    order: list[tuple[str, str, str | None]] = [("strait", "at-least-once", copy) for copy in dict.fromkeys(copies)]
-    order.append(("strait", "exactly-once", None))
-    if "batch" in copies:
-        order.append(("strait", "exactly-once", "batch"))
+    """(system, delivery, copy mode) of each run of one configuration: Strait at-least-once, then
+    exactly-once, once per copy mode; MirrorMaker 2 exactly-once with ``mm2``; in alternating
+    order, so none always runs first (cold caches, a fresh sandbox)."""
+    modes = list(dict.fromkeys(copies))
+    order: list[tuple[str, str, str | None]] = [("strait", delivery, copy) for delivery in MODES for copy in modes]
     if mm2:
         order.append(("mm2", "exactly-once", None))
     return order if n % 2 == 0 else order[::-1]
@@ -231,14 +226,9 @@ def delivery_ratios(
     copies: Sequence[str | None] = (None,),
 ) -> dict[str, Any]:
     """Exactly-once / at-least-once, per record size (records/s, CPU s/GB) and per rate (p50, p99);
-    one row per at-least-once copy mode (a row names it as ``copy`` when one was set, and the
-    exactly-once runs it divides as ``exactly_once_copy``: batch where exactly-once ran in batch
-    mode, else record)."""
+    one row per copy mode, exactly-once divided by at-least-once in that mode (a row names it as
+    ``copy`` and ``exactly_once_copy`` when one was set)."""
     mm2_ran = any(r.get("system") == "mm2" for r in runs)
-    eo_batches = any(r.get("delivery") == "exactly-once" and r.get("copy") == "batch" for r in runs)
-
-    def eo_copy(copy: str | None) -> str | None:
-        return "batch" if copy == "batch" and eo_batches else None
 
     def avg(
         kind: str, key: str, value: float, mode: str, copy: str | None, metric: str, system: str = "strait"
@@ -249,7 +239,7 @@ def delivery_ratios(
                 continue
             if r.get("system", "strait") != system:
                 continue
-            if system == "strait" and r.get("copy") != (copy if mode == "at-least-once" else eo_copy(copy)):
+            if system == "strait" and r.get("copy") != copy:
                 continue
             figure = r.get("latency", {}).get(metric) if kind == "latency" else r.get(metric)
             if figure is not None:
@@ -259,7 +249,7 @@ def delivery_ratios(
     def row_of(kind: str, key: str, value: float, copy: str | None, metrics: Sequence[str]) -> dict[str, Any]:
         row: dict[str, Any] = {key: value, **({"copy": copy} if copy else {})}
         if copy:
-            row["exactly_once_copy"] = eo_copy(copy) or "record"
+            row["exactly_once_copy"] = copy
         for metric in metrics:
             alo, eo = (avg(kind, key, value, m, copy, metric) for m in MODES)
             row[f"at_least_once_{metric}"], row[f"exactly_once_{metric}"] = alo, eo

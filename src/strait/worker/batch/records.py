@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -282,6 +283,20 @@ def tail_batch(batch: RecordBatch, from_offset: int) -> RecordBatch:
         raise ValueError(f"batch at {batch.base_offset} holds nothing from {from_offset} on")
     struct.pack_into(">q", out, 0, from_offset)
     return parse_batch(memoryview(out))
+
+
+def new_batch(records: Sequence[tuple[bytes, bytes]], timestamp_ms: int) -> RecordBatch:
+    """An uncompressed CreateTime batch at offset 0 of ``(key, value)`` records without headers,
+    for records Strait writes itself (the offset map's runs in a transaction); the producer
+    fields are set by :func:`rewrite` when it is produced."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 2**31 - 1)
+    for i, (key, value) in enumerate(records):
+        builder.append(i, timestamp_ms, key, value, [])
+    return parse_batch(memoryview(bytearray(builder.build())))
 
 
 def header_bytes(

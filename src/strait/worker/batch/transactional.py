@@ -21,7 +21,11 @@ One transaction, on the loop's thread:
    longer adds latency and no records): ``flush`` (every batch appended), ``send_offsets`` (per
    destination topic and partition, the next source offset, in the route's destination group,
    as :func:`~strait.worker.transactional_checkpoints.transaction_offsets` keys them),
-   ``commit``;
+   ``commit``; with an offset map (``map_route``), before the offsets: the runs of the
+   transaction's batches (source offsets to the destination offsets the produce answers gave)
+   go into it as one more batch to the map topic, so a ``read_committed`` reader of the map
+   sees a run exactly when its records are committed (as record mode writes them:
+   :class:`~strait.offsetmap.store.TransactionMap`);
 3. only after the commit: the trackers acknowledge what the transaction held and
    :attr:`PartitionState.durable` moves to the committed offsets, so ``state.checkpoint`` never
    passes data a ``read_committed`` reader cannot see.
@@ -55,6 +59,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, Protocol
 
+from strait.offsetmap.store import TransactionMap
 from strait.worker.batch.budget import PacedFetches
 from strait.worker.batch.core import RETRY_BACKOFF_S
 from strait.worker.batch.fetching import Fetching
@@ -62,7 +67,7 @@ from strait.worker.batch.leaders import LeaderCache
 from strait.worker.batch.link import ClusterLink, Key, Links
 from strait.worker.batch.merging import MERGED_MAX_BYTES
 from strait.worker.batch.partition import BatchPartition
-from strait.worker.batch.records import RecordBatch
+from strait.worker.batch.records import RecordBatch, new_batch
 from strait.worker.batch.transactions import SessionDead, TransactionAbortable, TransactionError
 from strait.worker.batch.txnsession import TransactionalSession
 from strait.worker.checkpoint import AckTracker
@@ -89,6 +94,7 @@ class Session(Protocol):
     def init(self, *, timeout_s: float) -> Any: ...
     def begin(self) -> None: ...
     def write(self, key: Key, batch: RecordBatch) -> int: ...
+    def appended(self) -> list[tuple[Key, RecordBatch, int]]: ...
     def send_offsets(self, group: str, offsets: Mapping[Key, int]) -> None: ...
     def flush(self, *, timeout_s: float) -> None: ...
     def commit(self, *, timeout_s: float) -> None: ...
@@ -138,9 +144,15 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         call_timeout_s: float = CALL_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
         lease: Callable[[], bool] = always,
+        map_route: str | None = None,
+        offset_map: TransactionMap | None = None,
         **_record_options: Any,
     ) -> None:
         self.name = name
+        # The offset map's runs go into the transactions of their batches (``offset_map``, or
+        # ``map_route``'s; its cost counted on the route's observer when there is one).
+        cost = getattr(observer, "offset_map", None)
+        self._map = offset_map or (TransactionMap(destination, map_route, cost=cost) if map_route else None)
         self._lease = lease
         self._source_props, self._destination_props = source, destination
         self._client_id = f"{client_id}-{name}"
@@ -526,6 +538,7 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         asked = self._clock()
         session = self._begin_txn(asked)
         session.flush(timeout_s=timeout)
+        self._write_runs(session, timeout)
         flushed = self._clock()
         offsets = {t.part.state.task: t.part.tracker.next_offset for t in self._txn.values()}
         keyed = {(tp.topic, tp.partition): tp.offset for tp in transaction_offsets(offsets)}
@@ -554,11 +567,45 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
             for last in txn.lasts:
                 part.tracker.acked(last)
             state.durable = offsets[state.task]
+            state.runs.keep()
             if txn.records:
                 state.records += txn.records
                 state.bytes += txn.bytes
                 state.last_progress = time.time()
                 state.waiting = None
+
+    def _write_runs(self, session: Session, timeout_s: float) -> None:
+        """Put the offset map's runs of the transaction's batches (all appended now) into it.
+
+        A map batch that cannot be appended aborts the transaction once (raised to the caller),
+        then transactions go without runs for a while (:meth:`TransactionMap.failed`)."""
+        appended = session.appended()
+        if self._map is None:
+            return
+        parts = {txn.part.destination: txn.part for txn in self._txn.values()}
+        for key, batch, base in sorted(appended, key=lambda a: a[1].base_offset):
+            part = parts.get(key)
+            if part is not None:
+                part.state.runs.note_many(batch.base_offset, base, batch.last_offset_delta + 1)
+        runs = [
+            (t.part.state.task.topic, t.part.state.task.partition, t.part.state.task.destination_topic, run)
+            for t in self._txn.values()
+            for run in t.part.state.runs.take()
+        ]
+        if not runs:
+            return
+        if not self._map.writable():
+            self._map.dropped(len(runs))
+            return
+        records = self._map.encoded(runs)
+        session.write((self._map.topic, 0), new_batch(records, int(time.time() * 1000)))
+        try:
+            session.flush(timeout_s=timeout_s)
+        except TransactionAbortable as exc:
+            self._map.failed(str(exc))
+            raise
+        session.appended()  # the map's own batch
+        self._map.appended(len(runs))
 
     def _abort(self, reason: str, timeout_s: float | None = None) -> None:
         """Abort the open transaction; its partitions go back to their durable offsets."""
@@ -576,6 +623,7 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         self._opened_at = self._clock()
         txns, self._txn = self._txn, {}
         for key, txn in txns.items():
+            txn.part.state.runs.rollback()  # its records were aborted: no run maps them
             self._reposition(key, txn.part)
 
     def _reposition(self, key: Key, part: BatchPartition) -> None:
@@ -605,6 +653,8 @@ class TransactionalBatchPipeline(Fetching, PipelineLoop):
         self._session = None
         self._open = False
         self._txn_bytes = 0
+        for txn in self._txn.values():
+            txn.part.state.runs.rollback()  # restarted from the destination's checkpoint
         self._txn.clear()
         for part in self._parts.values():
             part.stop()

@@ -155,6 +155,7 @@ class Answer:
     errors: Mapping[Key, int] = field(default_factory=dict)
     node: int | None = None
     producer: ProducerIdentity | None = None
+    offset: int = -1  # Produce: the base offset the broker gave the batch (-1: none reported)
 
 
 class _Batch:
@@ -215,6 +216,9 @@ class TransactionModel:
 
     def _new_transaction(self) -> None:
         self._batches: dict[Key, list[_Batch]] = {}  # unacknowledged, in sequence order
+        # Batches of the open transaction appended since the last take_appended(): (partition,
+        # payload, base offset), for the offset map's runs.
+        self._appended: list[tuple[Key, Any, int]] = []
         self._added: set[Key] = set()
         self._to_add: set[Key] = set()
         self._adding: tuple[int, frozenset[Key]] | None = None
@@ -244,6 +248,12 @@ class TransactionModel:
         self._next_sequence[key] = increment_sequence(base, record_count)
         self._batches.setdefault(key, []).append(_Batch(base, record_count, payload))
         return base
+
+    def take_appended(self) -> list[tuple[Key, Any, int]]:
+        """The batches of the open transaction appended since the last call: (partition, the
+        payload written, the base offset the broker gave it, -1 if it gave none)."""
+        appended, self._appended = self._appended, []
+        return appended
 
     def send_offsets(self, group: str, offsets: Mapping[Key, int]) -> None:
         """Commit ``offsets`` (next offset to read, per source partition) of ``group`` with the
@@ -499,7 +509,7 @@ class TransactionModel:
         if request is None or self.phase is Phase.DEAD:
             return  # an answer after the deadline (already retried) or after the end
         if request.kind is Kind.PRODUCE:
-            self._answer_produce(request, answer.error, now)
+            self._answer_produce(request, answer.error, now, answer.offset)
             return
         step = self._step(request)
         codes = [answer.error, *answer.errors.values()]
@@ -577,7 +587,7 @@ class TransactionModel:
         self._new_transaction()
         self.phase = Phase.INITIALIZING if renew else Phase.READY
 
-    def _answer_produce(self, request: Request, code: int, now: float) -> None:
+    def _answer_produce(self, request: Request, code: int, now: float, offset: int = -1) -> None:
         assert request.key is not None
         batches = self._batches.get(request.key, [])
         batch = next((b for b in batches if b.request == request.id), None)
@@ -588,6 +598,7 @@ class TransactionModel:
         if outcome.outcome is Outcome.OK:
             batches.remove(batch)
             self._confirmed.add(request.key)
+            self._appended.append((request.key, batch.payload, offset))
             return
         if code in _FENCED or outcome.outcome is Outcome.FENCED:
             self._die(ProducerFenced(self._message(request, code), code))

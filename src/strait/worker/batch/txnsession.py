@@ -139,6 +139,11 @@ class TransactionalSession:
             raise ValueError(f"batch at {batch.base_offset} has offset gaps: a broker refuses it as a produced batch")
         return self.model.write(key, batch.last_offset_delta + 1, batch)
 
+    def appended(self) -> list[tuple[Key, RecordBatch, int]]:
+        """The batches of the open transaction appended since the last call, each with the base
+        offset the destination gave it (-1 if none was reported)."""
+        return self.model.take_appended()
+
     def send_offsets(self, group: str, offsets: Mapping[Key, int]) -> None:
         """Commit ``group``'s ``offsets`` (next offset to read) with the open transaction."""
         self.model.send_offsets(group, offsets)
@@ -259,7 +264,7 @@ class TransactionalSession:
                     continue
                 if produce_outcome(answer.error_code, transactional=True).refresh_leader:
                     self._leaders.pop(r.key[0], None)
-                out.append((r, Answer(error=answer.error_code)))
+                out.append((r, Answer(error=answer.error_code, offset=answer.base_offset)))
             return out
         return [(requests[0], _read_answer(requests[0], response))]
 
