@@ -33,7 +33,7 @@ from strait.worker.copier import Copier
 from strait.worker.exactly_once import exactly_once_parts
 from strait.worker.task import PartitionTask
 from strait.worker.transactional_checkpoints import destination_group
-from tests.integration.faults import fleets, owners
+from tests.integration.faults import copy_modes, fleets, owners
 
 pytestmark = pytest.mark.integration
 
@@ -306,13 +306,16 @@ def test_a_fenced_owner_writes_nothing_more_and_its_successor_copies_exactly_onc
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("realtime_copy", ["auto", "batch"])
 def test_a_frozen_worker_past_its_session_is_fenced_and_nothing_is_copied_twice(
-    sandbox: Sandbox, tmp_path: Path
+    sandbox: Sandbox, tmp_path: Path, realtime_copy: str
 ) -> None:
     """w1 is frozen (SIGSTOP) past its session with transactions open, the leader fences it and
     gives its partitions to w2, then w1 wakes up. A read_committed reader of the destination
-    sees every record exactly once, and the copy catches up."""
-    produced, seqs, caught_up = _frozen_worker_run(sandbox, tmp_path)
+    sees every record exactly once, and the copy catches up. With ``realtime_copy: batch`` the
+    caught-up partitions are copied in whole batches (the transactional batch pipeline is
+    frozen mid-transaction); with ``auto``, at this rate, record by record."""
+    produced, seqs, caught_up = _frozen_worker_run(sandbox, tmp_path, realtime_copy)
     assert caught_up, {p: (produced[p], len(v)) for p, v in seqs.items()}
     for p, copied in seqs.items():
         lost = produced[p] - len(set(copied))
@@ -321,7 +324,9 @@ def test_a_frozen_worker_past_its_session_is_fenced_and_nothing_is_copied_twice(
         assert copied == list(range(produced[p])), f"partition {p}: out of order"
 
 
-def _frozen_worker_run(sandbox: Sandbox, workdir: Path) -> tuple[dict[int, int], dict[int, list[int]], bool]:
+def _frozen_worker_run(
+    sandbox: Sandbox, workdir: Path, realtime_copy: str
+) -> tuple[dict[int, int], dict[int, list[int]], bool]:
     """One run of the frozen-worker scenario: records produced and read (read_committed) per
     partition, and whether the destination caught up within the wait. Once caught up, the
     offset map must map exactly the committed copies."""
@@ -329,7 +334,7 @@ def _frozen_worker_run(sandbox: Sandbox, workdir: Path) -> tuple[dict[int, int],
     topic, partitions = _name("eos-frozen"), 4
     create_topic(src, topic, partitions)
     with fleets(sandbox, workdir) as make:
-        fleet = make(session_timeout_s=3.0, route={"delivery": "exactly-once"})
+        fleet = make(session_timeout_s=3.0, route={"delivery": "exactly-once", "realtime_copy": realtime_copy})
         fleet.start_controller("c1")
         fleet.start_worker("w1")
         fleet.start_worker("w2")
@@ -340,6 +345,10 @@ def _frozen_worker_run(sandbox: Sandbox, workdir: Path) -> tuple[dict[int, int],
         try:
             fleet.api().add_topic(topic)
             assert wait_until(lambda: set(owners(fleet, topic).values()) == {"w1", "w2"}, 60)
+            expected = "batch" if realtime_copy == "batch" else "record"
+            assert wait_until(lambda: {m.split(" ")[0] for m in copy_modes(fleet, topic).values()} == {expected}, 60), (
+                copy_modes(fleet, topic)
+            )
             time.sleep(3)
             fleet.signal("w1", signal.SIGSTOP)
             try:

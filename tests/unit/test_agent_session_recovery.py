@@ -1,5 +1,6 @@
 """A worker whose coordination session was lost keeps trying to register again while the store
-is back but not answering yet, instead of exiting: nothing would restart it."""
+is back but not answering yet, instead of exiting: nothing would restart it. So does a worker
+starting while its store does not answer yet."""
 
 from __future__ import annotations
 
@@ -61,3 +62,33 @@ def test_a_lost_session_is_recovered_by_registering_again_once_the_store_answers
     assert not agent._tasks  # released at the first step
     agent._step()
     assert not agent._session_lost and store.registered == 1
+
+
+class SlowStore(FlakyStore):
+    """Not answering the first ``late`` reads of a starting worker."""
+
+    def __init__(self, late: int) -> None:
+        super().__init__(refusals=0)
+        self.late = late
+        self.cleared = 0
+
+    def clear_drain_request(self, worker_id: str) -> None:
+        if self.late:
+            self.late -= 1
+            raise StoreUnavailable("coordinating Kafka cluster unavailable: no answer within 6s")
+        self.cleared += 1
+
+
+def test_a_starting_worker_waits_for_a_store_too_busy_to_answer() -> None:
+    config = parse_config(
+        {
+            "zookeeper": {"session_timeout_s": 4},
+            "clusters": {"src": {}, "dst": {}},
+            "routes": [{"name": "main", "source": "src", "destination": "dst"}],
+        },
+        environ={},
+    )
+    store = SlowStore(late=2)
+    agent = WorkerAgent(config=config, worker_id="w1", store=store, make_copier=lambda _r: Copier())  # type: ignore[arg-type]
+    agent._announce()
+    assert (store.late, store.cleared, store.registered) == (0, 1, 1)

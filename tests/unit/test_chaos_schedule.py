@@ -408,3 +408,18 @@ def test_the_reliability_report_shows_each_run_and_its_verdict() -> None:
     assert "**FAIL**: 1 records lost" in text and "faults around then: worker-kill w1" in text
     assert report.result_name(passed) == "chaos-at-least-once-150s-seed1.json"
     assert "No chaos result yet" in report.render([])
+
+
+def test_a_run_is_named_by_the_copy_mode_its_route_resolved_to() -> None:
+    run = _summary([0, 1, 2, 3])
+    run["shape"]["copy_mode"] = "batch"
+    assert report.result_name(run) == "chaos-at-least-once-batch-150s-seed1.json"
+    assert "| at-least-once (copy: batch) | 150 s | 1 |" in report.render([run])
+    # A run that chose its mode is named by it, and an older run without either by neither.
+    run["params"]["copy"] = "record"
+    assert report.result_name(run) == "chaos-at-least-once-record-150s-seed1.json"
+    older = _summary([0, 1, 2, 3])
+    older["shape"].pop("copy_mode", None)
+    assert report.result_name(older) == "chaos-at-least-once-150s-seed1.json"
+    # Two runs of the same schedule in different copy modes are two experiments.
+    assert len(report.latest([run, older])) == 2

@@ -265,8 +265,7 @@ class WorkerAgent:
 
     def run(self) -> None:
         """Register, copy what is assigned until drained, then leave."""
-        self.store.clear_drain_request(self.id)  # a request addressed to a previous incarnation
-        self._register()
+        self._announce()
         self.store.on_session_change(self._on_session)
         self.store.watch_worker_assignment(self.id, self._on_assignment)  # only this worker's node
         self.store.watch_drain(self.id, self._on_drain_node)
@@ -607,6 +606,19 @@ class WorkerAgent:
             holding=frozenset(holding),
             pool=self.config.worker.pool,
         )
+
+    def _announce(self) -> None:
+        """Clear a drain request addressed to a previous incarnation, then register. A store
+        too busy to answer at once (a worker restarted while its cluster moves a controller)
+        is asked again until the registration's deadline, instead of the process exiting."""
+        RetryPolicy(
+            max_tries=1000,
+            delay_s=0.5,
+            max_delay_s=1.0,
+            deadline_s=self.config.coordination.session_timeout_s * 2 + 10,
+            retry_on=lambda exc: isinstance(exc, StoreUnavailable),
+        ).call(lambda: self.store.clear_drain_request(self.id))
+        self._register()
 
     def _register(self) -> None:
         # A previous incarnation killed with -9 holds the id until its session expires.

@@ -17,10 +17,11 @@ PATTERN = "chaos-*.json"
 
 def result_name(doc: Mapping[str, Any]) -> str:
     """`chaos-<delivery>[-<copy>][-<store>]-<duration>-seed<N>.json`: a rerun of the same run
-    replaces its file (the copy mode is named when the run chose one, the store when it is known)."""
+    replaces its file (the copy mode is named when the run chose one or recorded the default it
+    resolved to, the store when it is known)."""
     seconds = int(doc["duration_s"])
     duration = f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
-    copy = (doc.get("params") or {}).get("copy")
+    copy = copy_mode(doc)
     mode = f"-{copy}" if copy else ""
     store = (doc.get("shape") or {}).get("store")
     on = f"-{store}" if store else ""
@@ -76,7 +77,7 @@ def _configuration(d: Mapping[str, Any]) -> tuple[Any, ...]:
     shape = d["shape"]
     return (
         d["delivery"],
-        (d.get("params") or {}).get("copy"),
+        copy_mode(d),
         store(d),
         d["duration_s"],
         d["seed"],
@@ -244,8 +245,14 @@ def _resends_by_fault(d: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def copy_mode(d: Mapping[str, Any]) -> str | None:
+    """The route's copy mode: the one the run chose, else the default it resolved to (runs
+    recorded without it: None)."""
+    return (d.get("params") or {}).get("copy") or (d.get("shape") or {}).get("copy_mode")
+
+
 def _copy(d: Mapping[str, Any]) -> str:
-    copy = (d.get("params") or {}).get("copy")
+    copy = copy_mode(d)
     return f" (copy: {copy})" if copy else ""
 
 

@@ -35,9 +35,10 @@ from strait.bench.chaos.load import ChaosLoad
 from strait.bench.chaos.outcome import summarize
 from strait.bench.chaos.schedule import STORE_KINDS, Fault, FaultKind, Schedule, ScheduleParams, Store, generate
 from strait.bench.chaos.starve import CpuHog, LoadSampler
+from strait.config import RouteConfig
 from strait.demo import Fleet, wait_until
 from strait.sandbox import Sandbox, SandboxSpec
-from strait.worker.agent import checkpoint_group
+from strait.worker.agent import checkpoint_group, copy_mode
 
 Delivery = Literal["at-least-once", "exactly-once"]
 ROUTE = "chaos"
@@ -126,6 +127,7 @@ class _Run:
         self.log = log
         self.brokers = min(len(sandbox.clusters[SOURCE].brokers), len(sandbox.clusters[DESTINATION].brokers))
         self.schedule: Schedule = generate(options.schedule_params(self.brokers))
+        self.copy_mode: str | None = None
         tag = uuid.uuid4().hex[:6]  # fresh topics per run, so several runs can share a sandbox
         params = self.schedule.params
         self.topics = {name: f"chaos-{tag}-{name}" for name in (*params.topics, *params.late_topics)}
@@ -147,19 +149,20 @@ class _Run:
             f"coordination on {o.store}: {kinds}"
         )
         self._create_topics()
+        route = {
+            "name": ROUTE,
+            "source": "src",
+            "destination": "dst",
+            "delivery": o.delivery,
+            "replication_factor": self.replicas,
+            **({"copy": o.copy} if o.copy is not None else {}),
+        }
+        # What the route's copy resolves to, recorded with the run (the default changes with the code).
+        self.copy_mode = copy_mode(RouteConfig.model_validate(route))[0]
         fleet = Fleet(
             zookeeper=self.sandbox.zookeeper if o.store == "zookeeper" else "",
             clusters={"src": self.src, "dst": self.dst},
-            routes=[
-                {
-                    "name": ROUTE,
-                    "source": "src",
-                    "destination": "dst",
-                    "delivery": o.delivery,
-                    "replication_factor": self.replicas,
-                    **({"copy": o.copy} if o.copy is not None else {}),
-                }
-            ],
+            routes=[route],
             workdir=self.workdir / "fleet",
             session_timeout_s=o.session_timeout_s,
             coordination_cluster="dst" if o.store == "kafka" else None,
@@ -217,6 +220,7 @@ class _Run:
                 "min_insync_replicas": self.min_insync,
                 "session_timeout_s": o.session_timeout_s,
                 "store": o.store,
+                "copy_mode": self.copy_mode,
                 "hog_processes": hog.count if o.hog else 0,
                 "partitions": readback.partition_counts(self.src, self.topics.values()),
             },
