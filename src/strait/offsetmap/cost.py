@@ -14,32 +14,33 @@ per-record framing nor the commit markers of exactly-once transactions.
 
 from __future__ import annotations
 
-import threading
-
 GIGABYTE = 1_000_000_000
 
 
 class MapCost:
-    """Counters of one route's map on one worker (any thread)."""
+    """Counters of one route's map on one worker (any thread).
 
-    __slots__ = ("_lock", "bytes", "lost", "runs")
+    No lock: ``failed`` runs in librdkafka's delivery callbacks, also those of a flush left
+    running on a helper thread after it hung (strait.worker.transactional), and a callback must
+    never wait on what a pipeline's thread holds: a realtime exactly-once turn stood 105 s and
+    more with that thread and such a callback both waiting on this lock (a chaos run's
+    watchdog stack dump). A rare lost increment of a metric costs less."""
+
+    __slots__ = ("bytes", "lost", "runs")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self.runs = 0
         self.bytes = 0
         self.lost = 0
 
     def written(self, runs: int, size: int) -> None:
         """``runs`` map records of ``size`` key and value bytes in all were produced."""
-        with self._lock:
-            self.runs += runs
-            self.bytes += size
+        self.runs += runs
+        self.bytes += size
 
     def failed(self, runs: int) -> None:
         """``runs`` were not written (or not acknowledged): lost to the map."""
-        with self._lock:
-            self.lost += runs
+        self.lost += runs
 
 
 def per_gigabyte(map_bytes: int, copied_bytes: int) -> float | None:
