@@ -227,3 +227,28 @@ def test_a_cluster_too_slow_to_create_the_topics_is_asked_again_until_the_last_t
     refused = _store_with(_Admin([KafkaError.TOPIC_AUTHORIZATION_FAILED]))
     with pytest.raises(StoreUnavailable, match="cannot create the coordination topic"):
         refused._ensure_topics(last=False)  # type: ignore[attr-defined]
+
+
+def test_a_store_frozen_past_its_session_timeout_ends_its_session_on_waking() -> None:
+    import time as time_module
+
+    from strait.coordination.kafka import KafkaStore
+
+    store = object.__new__(KafkaStore)
+    store._clock = SessionClock(6.0)  # type: ignore[attr-defined]
+    store._state = SessionState.CONNECTED  # type: ignore[attr-defined]
+    store._listeners, store._owned, store._session, store._leading = [], {"w1": object()}, "old", None  # type: ignore[attr-defined]
+    heard: list[SessionState] = []
+    store.on_session_change(heard.append)
+    now = time_module.monotonic()
+    store._last_ok = now - 5.0  # type: ignore[attr-defined]
+    assert store.session_state() is SessionState.CONNECTED
+    store._end_a_silent_session(now)  # type: ignore[attr-defined]
+    assert heard == []
+    # Frozen for 7 s: readers judged the heartbeats stale; the session is over, even before
+    # the beat loop runs, and the loop says so before its next heartbeat could go through.
+    store._last_ok = now - 7.0  # type: ignore[attr-defined]
+    assert store.session_state() is SessionState.LOST
+    store._end_a_silent_session(now)  # type: ignore[attr-defined]
+    assert heard == [SessionState.LOST]
+    assert store._owned == {} and store._session != "old"  # type: ignore[attr-defined]

@@ -283,7 +283,23 @@ class KafkaStore:
                     client.close()
 
     def session_state(self) -> SessionState:
+        if self._state is not SessionState.LOST and self._silent_too_long(time.monotonic()):
+            return SessionState.LOST  # frozen past the timeout: the beat loop has not noticed yet
         return self._state
+
+    def _end_a_silent_session(self, now: float) -> None:
+        """Woken from a freeze past the timeout, the session ended meanwhile (the leader may have
+        fenced this worker and given its partitions away), even if the next heartbeat goes
+        through: say so to the listeners before anything acts on the old session. A new
+        session starts with the next successful round trip."""
+        if self._state is not SessionState.LOST and self._silent_too_long(now):
+            self._set_state(SessionState.LOST)
+
+    def _silent_too_long(self, now: float) -> bool:
+        """No round trip for a whole session timeout: every reader has judged our heartbeats
+        stale, whether the cluster was unreachable or this process was frozen (SIGSTOP, a VM
+        pause) and so sent nothing."""
+        return self._clock.state(self._last_ok, now) is SessionState.LOST
 
     def on_session_change(self, listener: Callable[[SessionState], None]) -> None:
         self._listeners.append(listener)
@@ -309,6 +325,7 @@ class KafkaStore:
         interval = self._timeout_s / 4
         while not self._stop.wait(interval):
             started = time.monotonic()
+            self._end_a_silent_session(started)
             try:
                 self._beat()
                 self._sync(interval * 1.5)
