@@ -35,14 +35,8 @@ class FlakyStore:
     def update_worker(self, record: Any) -> None: ...
 
 
-def test_a_lost_session_is_recovered_by_registering_again_once_the_store_answers(monkeypatch: Any) -> None:
-    # One try per registration attempt, so each refusal exhausts one attempt's retries.
-    monkeypatch.setattr(
-        agent_module,
-        "RetryPolicy",
-        lambda **kw: RetryPolicy(**{**kw, "max_tries": 1, "deadline_s": None}),
-    )
-    config = parse_config(
+def _config() -> Any:
+    return parse_config(
         {
             "zookeeper": {"session_timeout_s": 4},
             "clusters": {"src": {}, "dst": {}},
@@ -50,6 +44,16 @@ def test_a_lost_session_is_recovered_by_registering_again_once_the_store_answers
         },
         environ={},
     )
+
+
+def test_a_lost_session_is_recovered_by_registering_again_once_the_store_answers(monkeypatch: Any) -> None:
+    # One try per registration attempt, so each refusal exhausts one attempt's retries.
+    monkeypatch.setattr(
+        agent_module,
+        "RetryPolicy",
+        lambda **kw: RetryPolicy(**{**kw, "max_tries": 1, "deadline_s": None}),
+    )
+    config = _config()
     store = FlakyStore(refusals=3)
     copier = Copier()
     agent = WorkerAgent(config=config, worker_id="w1", store=store, make_copier=lambda _r: copier)  # type: ignore[arg-type]
@@ -80,14 +84,7 @@ class SlowStore(FlakyStore):
 
 
 def test_a_starting_worker_waits_for_a_store_too_busy_to_answer() -> None:
-    config = parse_config(
-        {
-            "zookeeper": {"session_timeout_s": 4},
-            "clusters": {"src": {}, "dst": {}},
-            "routes": [{"name": "main", "source": "src", "destination": "dst"}],
-        },
-        environ={},
-    )
+    config = _config()
     store = SlowStore(late=2)
     agent = WorkerAgent(config=config, worker_id="w1", store=store, make_copier=lambda _r: Copier())  # type: ignore[arg-type]
     agent._announce()
