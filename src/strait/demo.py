@@ -31,6 +31,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # re-exported, not in __all__
 
 from strait import clients
+from strait.coordination.kafka import START_TIMEOUT_S
 from strait.sandbox.ports import free_port
 from strait.web.client import ApiError, ControllerClient
 
@@ -252,9 +253,9 @@ class Fleet:
         port = self.ports.setdefault(name, free_port())
         self._spawn(name, ["controller", "--id", name, "--listen", f"127.0.0.1:{port}"])
         url = f"http://127.0.0.1:{port}"
-        # A controller waits up to 30 s for a coordination cluster too busy to answer
-        # (strait.coordination.kafka.START_TIMEOUT_S), then has its API up.
-        if not wait_until(lambda: bool(ControllerClient(url, timeout_s=2).call("GET", "/health")), 60):
+        # A controller waits for a coordination cluster too busy to answer, then has its API up.
+        ready_s = START_TIMEOUT_S + 30
+        if not wait_until(lambda: bool(ControllerClient(url, timeout_s=2).call("GET", "/health")), ready_s):
             raise RuntimeError(f"controller {name} did not start; see {self.workdir / (name + '.log')}")
         return url
 

@@ -611,27 +611,23 @@ class WorkerAgent:
         """Clear a drain request addressed to a previous incarnation, then register. A store
         too busy to answer at once (a worker restarted while its cluster moves a controller)
         is asked again until the registration's deadline, instead of the process exiting."""
-        RetryPolicy(
+        self._startup_retry(StoreUnavailable).call(lambda: self.store.clear_drain_request(self.id))
+        self._register()
+
+    def _startup_retry(self, *retry_on: type[Exception]) -> RetryPolicy:
+        """Retries of a starting worker's store calls, until twice the session timeout and 10 s
+        (a previous incarnation killed with -9 holds the id until its session expires)."""
+        return RetryPolicy(
             max_tries=1000,
             delay_s=0.5,
             max_delay_s=1.0,
             deadline_s=self.config.coordination.session_timeout_s * 2 + 10,
-            retry_on=lambda exc: isinstance(exc, StoreUnavailable),
-        ).call(lambda: self.store.clear_drain_request(self.id))
-        self._register()
+            retry_on=lambda exc: isinstance(exc, retry_on),
+        )
 
     def _register(self) -> None:
-        # A previous incarnation killed with -9 holds the id until its session expires.
-        deadline = self.config.coordination.session_timeout_s * 2 + 10
-        policy = RetryPolicy(
-            max_tries=1000,
-            delay_s=0.5,
-            max_delay_s=1.0,
-            deadline_s=deadline,
-            retry_on=lambda exc: isinstance(exc, WorkerIdTaken | StoreUnavailable),
-        )
         record = self._record()
-        policy.call(lambda: self.store.register_worker(record))
+        self._startup_retry(WorkerIdTaken, StoreUnavailable).call(lambda: self.store.register_worker(record))
         self._published = set(record.holding)
         log.info("worker %s registered (%s)", self.id, self._state.value)
 
