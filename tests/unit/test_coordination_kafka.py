@@ -4,6 +4,7 @@ the session judged from round trips, the order of an assignment publish, and its
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -232,23 +233,74 @@ def test_a_cluster_too_slow_to_create_the_topics_is_asked_again_until_the_last_t
 def test_a_store_frozen_past_its_session_timeout_ends_its_session_on_waking() -> None:
     import time as time_module
 
-    from strait.coordination.kafka import KafkaStore
-
-    store = object.__new__(KafkaStore)
-    store._clock = SessionClock(6.0)  # type: ignore[attr-defined]
-    store._state = SessionState.CONNECTED  # type: ignore[attr-defined]
-    store._listeners, store._owned, store._session, store._leading = [], {"w1": object()}, "old", None  # type: ignore[attr-defined]
+    store = _bare_store(6.0)
     heard: list[SessionState] = []
     store.on_session_change(heard.append)
     now = time_module.monotonic()
-    store._last_ok = now - 5.0  # type: ignore[attr-defined]
+    store._last_ok = now - 5.0
     assert store.session_state() is SessionState.CONNECTED
-    store._end_a_silent_session(now)  # type: ignore[attr-defined]
+    store._end_a_silent_session(now)
     assert heard == []
     # Frozen for 7 s: readers judged the heartbeats stale; the session is over, even before
     # the beat loop runs, and the loop says so before its next heartbeat could go through.
-    store._last_ok = now - 7.0  # type: ignore[attr-defined]
+    store._last_ok = now - 7.0
     assert store.session_state() is SessionState.LOST
-    store._end_a_silent_session(now)  # type: ignore[attr-defined]
+    store._end_a_silent_session(now)
     assert heard == [SessionState.LOST]
-    assert store._owned == {} and store._session != "old"  # type: ignore[attr-defined]
+    assert store._owned == {} and store._session != "old"
+
+
+class _Script:
+    """A beat loop's clock and stop event: each wait and each round trip advance the clock; the
+    loop stops once the scripted round trips are done. A reader asks the session's state at
+    the end of each round trip, before the loop sees its answer."""
+
+    def __init__(self, trips: list[float]) -> None:
+        self.now = 1000.0
+        self.trips = trips
+        self.store: Any = None
+        self.seen: list[SessionState] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wait(self, interval: float) -> bool:
+        self.now += interval
+        return not self.trips and bool(self.seen)
+
+    def beat(self) -> None:
+        self.now += self.trips.pop(0)
+        self.seen.append(self.store.session_state())
+
+
+def _bare_store(timeout_s: float) -> Any:
+    import threading
+
+    from strait.coordination.kafka import KafkaStore
+
+    store: Any = object.__new__(KafkaStore)
+    store._timeout_s, store._clock, store._ok_lock = timeout_s, SessionClock(timeout_s), threading.Lock()
+    store._state, store._listeners, store._owned = SessionState.CONNECTED, [], {"w1": object()}
+    store._session, store._leading = "old", None
+    return store
+
+
+@pytest.mark.parametrize(("trip_s", "after"), [(4.0, SessionState.CONNECTED), (5.0, SessionState.LOST)])
+def test_a_heartbeat_that_lands_after_the_session_timeout_ends_the_session(
+    monkeypatch: pytest.MonkeyPatch, trip_s: float, after: SessionState
+) -> None:
+    from strait.coordination import kafka as kafka_module
+
+    script = _Script([trip_s])
+    monkeypatch.setattr(kafka_module.time, "monotonic", script.monotonic)  # type: ignore[attr-defined]
+    store = _bare_store(6.0)
+    script.store, store._stop, store._beat, store._sync = store, script, script.beat, lambda _t: None
+    store._last_ok, store._state = script.now, SessionState.SUSPENDED
+    heard: list[SessionState] = []
+    store.on_session_change(heard.append)
+    # The loop waits 1.5 s (a quarter of the timeout), then the round trip: 5.5 s or 6.5 s of
+    # silence when it lands. A reader told LOST meanwhile is not contradicted by its landing.
+    store._beat_loop()
+    assert heard == [after] and store.session_state() is after
+    assert script.seen == [SessionState.SUSPENDED if after is SessionState.CONNECTED else SessionState.LOST]
+    assert (store._session == "old") is (after is SessionState.CONNECTED)

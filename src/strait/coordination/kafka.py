@@ -188,6 +188,9 @@ class KafkaStore:
         self._leader_producer: Any = None
         self._write_lock = threading.Lock()  # one leader transaction at a time
         self._last_ok = time.monotonic()
+        # Orders reading the silence against the beat loop's ending of it: once `session_state`
+        # said LOST, the listeners hear LOST too, even if the round trip in flight goes through.
+        self._ok_lock = threading.Lock()
         self._stop = threading.Event()
         # Watches run on a thread of their own: they may read the store, which waits on the reader.
         self._events: queue.Queue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.Queue()
@@ -283,7 +286,9 @@ class KafkaStore:
                     client.close()
 
     def session_state(self) -> SessionState:
-        if self._state is not SessionState.LOST and self._silent_too_long(time.monotonic()):
+        with self._ok_lock:
+            silent = self._silent_too_long(time.monotonic())
+        if self._state is not SessionState.LOST and silent:
             return SessionState.LOST  # frozen past the timeout: the beat loop has not noticed yet
         return self._state
 
@@ -333,7 +338,14 @@ class KafkaStore:
                 log.debug("coordination heartbeat failed: %s", exc)
                 self._set_state(self._clock.state(self._last_ok, time.monotonic()))
                 continue
-            self._last_ok = started
+            with self._ok_lock:
+                outlasted = self._state is not SessionState.LOST and self._silent_too_long(time.monotonic())
+                if not outlasted:
+                    self._last_ok = started
+            if outlasted:
+                # It went through, but only after every reader had judged the session stale.
+                self._set_state(SessionState.LOST)
+                continue
             self._set_state(SessionState.CONNECTED)
 
     def _beat(self) -> None:
