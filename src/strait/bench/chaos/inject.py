@@ -201,6 +201,17 @@ class Injector:
 
     # ---- processes -----------------------------------------------------------------------------
 
+    def struck(self, name: str) -> bool:
+        """Whether a fault in effect holds fleet process `name` down (its end starts it again)."""
+        with self._lock:
+            for fault in self._held.values():
+                if fault.kind == "worker-kill" and fault.target == name:
+                    return True
+                # Which controller a leader kill strikes is known only once it struck.
+                if fault.kind == "controller-kill" and self._victims.get(fault.id, name) == name:
+                    return True
+        return False
+
     def _kill_worker(self, name: str) -> str:
         if self._fleet.processes[name].poll() is not None:
             return f"skipped: {name} had already exited with {self._fleet.processes[name].returncode}"

@@ -52,6 +52,7 @@ def summarize(
     verdicts: Sequence[PartitionVerdict],
     restored: Sequence[str],
     exits: Mapping[str, Mapping[str, Any]],
+    restarts: Sequence[Mapping[str, Any]] = (),
     started_at: dt.datetime,
     chaos_started_us: int,
     workdir: str,
@@ -108,6 +109,8 @@ def summarize(
         "fault_errors": _tally(steps, "error"),
         "restored_at_end": list(restored),
         "unexpected_exits": dict(exits),
+        # Failed exits during the run, started again as systemd's Restart=on-failure would.
+        "restarted_after_exit": [dict(r) for r in restarts],
         "load": dict(load),
         "load_average": dict(load_average),
         "catch_up": dict(catch_up),

@@ -280,6 +280,14 @@ def _run(d: Mapping[str, Any]) -> list[str]:
     if d.get("unexpected_exits"):
         codes = ", ".join(f"{name} (exit code {e['code']})" for name, e in sorted(d["unexpected_exits"].items()))
         lines.append(f"- Processes that exited by themselves: {codes}; the end of their logs is in the JSON file.")
+    if d.get("restarted_after_exit"):
+        restarted = ", ".join(
+            f"{r['process']} (exit code {r['code']}, at {r['exit_seen_at_s']:.0f} s)" for r in d["restarted_after_exit"]
+        )
+        lines.append(
+            f"- Exited during the run and started again 5 s later, as the systemd units' `Restart=on-failure` "
+            f"does: {restarted}; the end of their logs is in the JSON file."
+        )
     if d.get("restored_at_end"):
         lines.append(f"- Undone at the end (their planned end was missed): {len(d['restored_at_end'])} faults.")
     lines += [
@@ -315,7 +323,10 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
         "below and beyond the session timeout; expands source topics; removes topics and adds them again "
         "through the REST API; adds "
         "a topic that already holds records; and sends bursts of records beyond the catch-up threshold "
-        "(10,000 records of lag), while busy-loop processes starve every core. The faults stop before a quiet "
+        "(10,000 records of lag), while busy-loop processes starve every core. A controller or worker that "
+        "exits by itself (a non-zero code) is started again 5 s later, as the systemd units in `deploy/systemd` "
+        "do, and the run lists it (runs whose result has no `restarted_after_exit` list left it stopped). "
+        "The faults stop before a quiet "
         "tail; then the load stops, the copy gets time to reach the source's end, the fleet stops, and every "
         "record the source acknowledged is looked up in the copy, per partition.",
         "",

@@ -35,6 +35,7 @@ from strait.bench.chaos.load import ChaosLoad
 from strait.bench.chaos.outcome import summarize
 from strait.bench.chaos.schedule import STORE_KINDS, Fault, FaultKind, Schedule, ScheduleParams, Store, generate
 from strait.bench.chaos.starve import CpuHog, LoadSampler
+from strait.bench.chaos.supervise import Supervisor
 from strait.config import RouteConfig
 from strait.demo import Fleet, wait_until
 from strait.sandbox import Sandbox, SandboxSpec
@@ -178,6 +179,7 @@ class _Run:
             clusters={"src": SOURCE, "dst": DESTINATION},
             coordination_topics=_coordination_topics(fleet),
         )
+        supervisor = Supervisor(fleet, injector.struck, log=self.log)
         try:
             self._start_fleet(fleet)
             for name in self.topics.values():
@@ -190,6 +192,7 @@ class _Run:
                 hog.start()
                 self.log(f"CPU hog: {hog.count} busy-loop processes, pids {hog.pids}")
             sampler.start()
+            supervisor.start()
             self._play(injector)
             hog.stop()
             load_average = sampler.stop()
@@ -198,11 +201,13 @@ class _Run:
             self.log(f"load stopped: {load.produced():,} records acknowledged by the source, {load.failed} failed")
             exits = self._exits(fleet)
             catch_up = self._catch_up()
+            supervisor.stop()
             fleet.stop()
             self.log("fleet stopped; reading the copy ...")
             verdicts, read = self._judge(load.acked())
         finally:
             self._stop.set()
+            supervisor.stop()
             hog.stop()
             injector.restore()
             load.stop(flush_timeout_s=10)
@@ -239,6 +244,7 @@ class _Run:
             verdicts=verdicts,
             restored=restored,
             exits=exits,
+            restarts=supervisor.restarts,
             started_at=started_at,
             chaos_started_us=self.chaos_started_us,
             workdir=str(self.workdir),
