@@ -22,7 +22,7 @@ from confluent_kafka.admin import NewPartitions, NewTopic  # type: ignore[attr-d
 
 from strait import clients
 from strait.config import RouteConfig, parse_config
-from strait.demo import Generator, create_topic, wait_until
+from strait.demo import Fleet, Generator, create_topic, wait_until
 from strait.fencing import PIPELINES, fence, transactional_id
 from strait.metrics.stages import RouteObserver
 from strait.offsetmap import failover
@@ -315,7 +315,19 @@ def test_a_frozen_worker_past_its_session_is_fenced_and_nothing_is_copied_twice(
     sees every record exactly once, and the copy catches up. With ``realtime_copy: batch`` the
     caught-up partitions are copied in whole batches (the transactional batch pipeline is
     frozen mid-transaction); with ``auto``, at this rate, record by record."""
-    produced, seqs, caught_up = _frozen_worker_run(sandbox, tmp_path, realtime_copy)
+    _assert_copied_once(*_lost_worker_run(sandbox, tmp_path, realtime_copy, "freeze"))
+
+
+@pytest.mark.timeout(600)
+def test_a_worker_killed_mid_transaction_in_batch_mode_copies_nothing_twice(sandbox: Sandbox, tmp_path: Path) -> None:
+    """w1 is killed (-9) while its transactional batch pipelines have transactions open; once
+    its session ends the leader fences its transactional ids (aborting those transactions) and
+    gives its partitions to w2, and w1 comes back as a new process. Every record is read once,
+    in order, and the offset map maps exactly the committed copies."""
+    _assert_copied_once(*_lost_worker_run(sandbox, tmp_path, "batch", "kill"))
+
+
+def _assert_copied_once(produced: dict[int, int], seqs: dict[int, list[int]], caught_up: bool) -> None:
     assert caught_up, {p: (produced[p], len(v)) for p, v in seqs.items()}
     for p, copied in seqs.items():
         lost = produced[p] - len(set(copied))
@@ -324,12 +336,13 @@ def test_a_frozen_worker_past_its_session_is_fenced_and_nothing_is_copied_twice(
         assert copied == list(range(produced[p])), f"partition {p}: out of order"
 
 
-def _frozen_worker_run(
-    sandbox: Sandbox, workdir: Path, realtime_copy: str
+def _lost_worker_run(
+    sandbox: Sandbox, workdir: Path, realtime_copy: str, fault: str
 ) -> tuple[dict[int, int], dict[int, list[int]], bool]:
-    """One run of the frozen-worker scenario: records produced and read (read_committed) per
-    partition, and whether the destination caught up within the wait. Once caught up, the
-    offset map must map exactly the committed copies."""
+    """One run of the lost-worker scenario (w1 frozen past its session, or killed and started
+    again): records produced and read (read_committed) per partition, and whether the
+    destination caught up within the wait. Once caught up, the offset map must map exactly the
+    committed copies."""
     src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
     topic, partitions = _name("eos-frozen"), 4
     create_topic(src, topic, partitions)
@@ -350,13 +363,22 @@ def _frozen_worker_run(
                 copy_modes(fleet, topic)
             )
             time.sleep(3)
-            fleet.signal("w1", signal.SIGSTOP)
-            try:
+            if fault == "kill":
+                fleet.signal("w1", signal.SIGKILL)
+                fleet.wait_exit("w1")
                 assert wait_until(lambda: "w1" not in set(owners(fleet, topic).values()), 60, interval_s=0.2)
-                time.sleep(3)  # w2 copies past where w1 froze
-            finally:
-                fleet.signal("w1", signal.SIGCONT)
-            assert wait_until(lambda: "w1" in fleet.workers_in_state("active"), 60)
+                time.sleep(3)  # w2 copies past where w1 died
+                fleet.start_worker("w1")
+                pid = fleet.processes["w1"].pid
+                assert wait_until(lambda: _active_as(fleet, "w1", pid), 60)
+            else:
+                fleet.signal("w1", signal.SIGSTOP)
+                try:
+                    assert wait_until(lambda: "w1" not in set(owners(fleet, topic).values()), 60, interval_s=0.2)
+                    time.sleep(3)  # w2 copies past where w1 froze
+                finally:
+                    fleet.signal("w1", signal.SIGCONT)
+                assert wait_until(lambda: "w1" in fleet.workers_in_state("active"), 60)
             time.sleep(3)
         finally:
             generator.stop()
@@ -370,8 +392,15 @@ def _frozen_worker_run(
         if caught_up:
             # The frozen worker's open transactions were aborted by its fence: no run maps them.
             aborted = assert_map_is_exact(src, dst, "main", topic, partitions)
-            print(f"\nfrozen past its session: {aborted} aborted copies on the destination, none in the offset map")
+            print(f"\nw1 lost ({fault}): {aborted} aborted copies on the destination, none in the offset map")
     return produced, seqs, caught_up
+
+
+def _active_as(fleet: Fleet, name: str, pid: int) -> bool:
+    """The worker's new process registered: the dead one's record reads active until its session ends."""
+    return any(
+        w["id"] == name and w.get("pid") == pid and w["state"] == "active" for w in fleet.api().call("GET", "/workers")
+    )
 
 
 class _AnswerLost:
