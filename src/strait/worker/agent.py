@@ -609,10 +609,19 @@ class WorkerAgent:
 
     def _announce(self) -> None:
         """Clear a drain request addressed to a previous incarnation, then register. A store
-        too busy to answer at once (a worker restarted while its cluster moves a controller)
-        is asked again until the registration's deadline, instead of the process exiting."""
-        self._startup_retry(StoreUnavailable).call(lambda: self.store.clear_drain_request(self.id))
-        self._register()
+        that does not answer (a worker started during a coordinator outage) is asked again for
+        as long as it takes, until a drain is requested: exiting would only have the service
+        manager start it again into the same outage. A worker id held by another live process
+        still ends the start after the registration's deadline."""
+        while True:
+            try:
+                self._startup_retry(StoreUnavailable).call(lambda: self.store.clear_drain_request(self.id))
+                self._register()
+                return
+            except RetryExhausted as exc:
+                if not isinstance(exc.__cause__, StoreUnavailable) or self._drain.is_set():
+                    raise
+                log.warning("coordination store not answering (%s); still trying to register", exc.__cause__)
 
     def _startup_retry(self, *retry_on: type[Exception]) -> RetryPolicy:
         """Retries of a starting worker's store calls, until twice the session timeout and 10 s
