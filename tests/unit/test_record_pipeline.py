@@ -15,11 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, KafkaException, Message, TopicPartition
 
+from strait.worker import sending
 from strait.worker.backlog import Run, runs_of
 from strait.worker.fetch import GAP_SOURCE, GAP_UNEXPECTED, RecordPipeline
 from strait.worker.pipeline import PartitionState, PipelineSettings
@@ -584,6 +587,45 @@ def test_a_refusal_in_the_middle_of_a_stretch_sends_the_records_before_it_once()
     assert refused == [b"v2"]
     assert rig.copied() == log
     assert state.error is None and state.checkpoint == 6
+
+
+def test_a_destination_that_cannot_say_its_partitions_holds_the_record_without_stopping(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The destination grew while a broker of it is down: the producer does not know the new
+    # partition and the metadata refresh times out. The record waits and goes out once the
+    # destination answers; the pipeline does not crash, nothing is skipped or failed.
+    clock = [1000.0]
+    monkeypatch.setattr(sending, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    log = list(range(4))
+    rig = Rig({0: log})
+    state = rig.state()
+    real = rig.producer.produce
+    known = [False]
+    asked: list[float] = []
+
+    def produce(topic: str, value: bytes, *args: Any, **kwargs: Any) -> None:
+        if not known[0]:
+            raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
+        real(topic, value, *args, **kwargs)
+
+    def list_topics(*_: Any, **__: Any) -> None:
+        asked.append(clock[0])
+        if clock[0] < 1003.0:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        known[0] = True
+
+    rig.producer.produce = produce  # type: ignore[method-assign]
+    rig.producer.list_topics = list_topics  # type: ignore[method-assign]
+    rig.pipeline.add(state, 0)
+    for _ in range(40):
+        rig.step()
+        rig.producer.ack()
+        clock[0] += 0.1
+    assert rig.copied() == log and state.error is None and state.checkpoint == 4
+    # Asked again at most once per METADATA_RETRY_S while it got no answer.
+    assert all(b - a >= sending.METADATA_RETRY_S for a, b in pairwise(asked))
+    assert len(asked) >= 2
 
 
 def test_records_without_a_timestamp_are_copied_with_the_producers_time() -> None:

@@ -42,6 +42,11 @@ from strait.worker.source_partitions import SourcePartitions
 
 log = logging.getLogger(__name__)
 
+# A refresh of the destination's partitions blocks the copy loop while it waits: kept short,
+# and not asked again at once after one that got no answer.
+METADATA_TIMEOUT_S = 5.0
+METADATA_RETRY_S = 1.0
+
 # Kinds of `strait_offset_gaps_total`.
 GAP_SOURCE = "source"  # the source has no record there: compaction, markers, aborted records
 GAP_RETENTION = "retention"  # the checkpoint fell below the source's log start
@@ -70,6 +75,8 @@ def _continuing(offsets: list[Any], first: int, expected: int) -> int:
 
 class RecordSending:
     """The produce pass and the failure handling of a record pipeline (see the module doc)."""
+
+    _metadata_retry_at = 0.0  # no metadata refresh before this monotonic time (the last one failed)
 
     name: str
     _producer: Any
@@ -318,13 +325,31 @@ class RecordSending:
                     # The destination grew moments ago (the copier grows it before
                     # assigning the partition) and the producer's metadata predates that.
                     refreshed = True
-                    self._producer.list_topics(state.task.destination_topic, timeout=10)
+                    if not self._refresh_metadata(state.task.destination_topic):
+                        return False  # the destination does not answer now: the record waits
                     continue
                 self._produce_error(state, error)
                 return True
             tracker.sent(offset, source_gap=source_gap)
             self._book.add(state, tracker, offset, [report])
             return True
+
+    def _refresh_metadata(self, topic: str) -> bool:
+        """Have the producer read the topic's partitions again; False when the destination did
+        not answer (a broker down): the caller tries again later, at most every
+        METADATA_RETRY_S, rather than stopping the whole pipeline on a transient outage."""
+        now = time.monotonic()
+        if now < self._metadata_retry_at:
+            return False
+        try:
+            self._producer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            self._metadata_retry_at = now + METADATA_RETRY_S
+            log.warning(
+                "%s: the destination's partitions of %s could not be read (%s); trying again", self.name, topic, exc
+            )
+            return False
+        return True
 
     def _headers(self, message: Message, offset: int) -> Any:
         """The headers the copy carries: the source record's (and its origin, active-active)."""
