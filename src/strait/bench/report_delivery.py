@@ -9,7 +9,9 @@ from strait.bench.markdown import VERDICT_HEADER, _n, _table, _verdict
 
 _METHOD = (
     "Strait alone, the route's `delivery` switched between `at-least-once` and `exactly-once` (transactional "
-    "producer, checkpoints committed in the same transaction, the route's transaction settings), one worker, the "
+    "producer, checkpoints committed in the same transaction, the route's transaction settings; the route's "
+    "default offset map on in both modes, in batch mode written inside the transactions from cf01984 on), one "
+    "worker, the "
     "two modes alternating in one invocation on the same sandbox, each on its own fresh topics. Throughput: a "
     "pre-filled topic is copied in full; records count once a `read_committed` reader can see them (destination "
     "end offsets for at-least-once; for exactly-once the checkpoints committed in the destination group, in the "
