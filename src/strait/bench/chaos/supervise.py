@@ -19,10 +19,6 @@ CHECK_INTERVAL_S = 1.0
 LOG_TAIL_LINES = 40
 
 
-class _Process(Protocol):
-    def poll(self) -> int | None: ...
-
-
 class _Fleet(Protocol):
     processes: dict[str, Any]
     ports: dict[str, int]
