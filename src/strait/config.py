@@ -561,7 +561,14 @@ class WorkerConfig(_Model):
     commit_interval_s: float = Field(
         default=1.0,
         gt=0,
-        description="How often a worker commits its partitions' checkpoints (at-least-once routes).",
+        description="The longest a worker leaves acknowledged progress uncommitted (at-least-once routes): "
+        "a fault makes the next owner copy again what was acknowledged since the last commit.",
+    )
+    commit_after_records: int = Field(
+        default=1_000,
+        gt=0,
+        description="Commit at once, before the interval ends, when a partition's checkpoint moved this many "
+        "records past its last commit (a backlog's batches): one request at a time, on a thread of its own.",
     )
     stats_interval_s: float = Field(
         default=2.0,

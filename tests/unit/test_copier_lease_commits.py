@@ -5,7 +5,7 @@ owner's checkpoint back."""
 from __future__ import annotations
 
 from strait.worker.lease import Lease
-from tests.unit.test_worker_copier import FakePipeline, _task, lease_copier
+from tests.unit.test_worker_copier import FakePipeline, _task, lease_copier, turn
 
 
 def test_no_checkpoint_is_committed_without_a_confirmed_lease_not_even_the_final_one() -> None:
@@ -14,18 +14,18 @@ def test_no_checkpoint_is_committed_without_a_confirmed_lease_not_even_the_final
     copier, checkpoints = lease_copier(lease)
     task = _task(0)
     copier.assign([task])
-    copier._tick()
+    turn(copier)
     realtime: FakePipeline = copier._realtime  # type: ignore[assignment]
     state = realtime.states[task]
     realtime.send(state, 0, 1, 2)
     realtime.ack(state, 0, 1, 2)
-    copier._tick()
+    turn(copier)
     assert checkpoints.committed.get(task) == 3
     lease.revoke()  # the session is in doubt
     realtime.send(state, 3, 4)
     realtime.ack(state, 3, 4)
     for _ in range(3):
-        copier._tick()
+        turn(copier)
     assert checkpoints.committed[task] == 3
     copier.stop(drain=False, timeout_s=1)
     assert checkpoints.history(task)[-1] == 3  # the final commit was refused too

@@ -388,6 +388,14 @@ def test_stop_with_drain_hands_every_partition_over(harness: Harness) -> None:
     assert harness.copier.assigned() == set()
 
 
+def turn(copier: Copier) -> None:
+    """One turn of a copier driven by the test, its checkpoint commits answered before and after:
+    a commit is due only while none is out (strait.worker.commits)."""
+    assert copier._committer.wait_idle(5), "a checkpoint commit was not answered"
+    copier._tick()
+    assert copier._committer.wait_idle(5), "a checkpoint commit was not answered"
+
+
 def lease_copier(lease: Lease, pipeline_factory: Any = FakePipeline, **options: Any) -> tuple[Copier, FakeCheckpoints]:
     """A copier asking ``lease``, not started: each ``_tick`` is one turn, driven by the test."""
     checkpoints = FakeCheckpoints()
@@ -415,10 +423,10 @@ def test_partitions_wait_to_start_while_the_workers_lease_is_not_confirmed() -> 
     realtime: FakePipeline = copier._realtime  # type: ignore[assignment]
     copier.assign([_task(0)])
     for _ in range(3):
-        copier._tick()
+        turn(copier)
     assert realtime.adds == [] and copier.stats()[_task(0)].state == "starting"
     lease.confirm()
-    copier._tick()
+    turn(copier)
     assert realtime.adds == [(_task(0), 0)]
 
 
@@ -433,17 +441,17 @@ def test_fetching_is_held_while_the_lease_is_not_confirmed_and_no_checkpoint_mov
     catchup: FakePipeline = copier._catchup  # type: ignore[assignment]
     task = _task(0)
     copier.assign([task])
-    copier._tick()
+    turn(copier)
     assert realtime.adds == [(task, 0)] and not realtime.held and not catchup.held
     state = realtime.states[task]
     lease.revoke()
     realtime.send(state, 0, 1)
     realtime.ack(state, 0, 1)
-    copier._tick()
+    turn(copier)
     assert realtime.held and catchup.held
     assert checkpoints.history(task)[-1:] == [0], "a checkpoint committed without a confirmed lease"
     lease.confirm()
-    copier._tick()
+    turn(copier)
     assert not realtime.held and not catchup.held
     assert checkpoints.history(task)[-1] == 2
 
@@ -481,19 +489,19 @@ def test_an_abandoned_partition_is_held_until_its_pipeline_settled_it_and_then_s
     task = _task()
     copier.assign([task])
     for _ in range(3):
-        copier._tick()
+        turn(copier)
     assert pipeline.adds == [(task, 0)]
     copier.abandon()
-    copier._tick()
+    turn(copier)
     assert len(pipeline.settling) == 1
     copier.assign([task])  # the same worker gets it back before the abort settled
     for _ in range(3):
-        copier._tick()
+        turn(copier)
     assert copier.assigned() == {task} and pipeline.adds == [(task, 0)], "restarted before it was settled"
     checkpoints.committed[task] = 0  # the checkpoint the settled transaction left
     pipeline.settling[0].set()
     for _ in range(3):
-        copier._tick()
+        turn(copier)
     assert pipeline.adds == [(task, 0), (task, 0)] and len(pipeline.settling) == 1
 
 
@@ -507,11 +515,11 @@ def _given_back_while_revoking() -> tuple[Copier, FakePipeline, PartitionTask, P
     task = _task()
     copier.assign([task])
     for _ in range(3):
-        copier._tick()
+        turn(copier)
     state = pipeline.states[task]
     pipeline.send(state, 0)  # in flight: the revoke waits for its answer
     copier.revoke([task], timeout_s=0)
-    copier._tick()
+    turn(copier)
     copier.assign([task])
     return copier, pipeline, task, state
 
@@ -524,7 +532,7 @@ def test_an_abandon_forgets_a_partition_assigned_again_while_it_was_being_revoke
     copier.abandon()
     pipeline.ack(state, 0)
     for _ in range(3):
-        copier._tick()
+        turn(copier)
     assert copier.assigned() == set() and pipeline.adds == [(task, 0)], "restarted after the abandon"
 
 
@@ -535,5 +543,5 @@ def test_a_revoke_of_a_partition_waiting_to_start_again_cancels_that_start() -> 
     copier.revoke([task], timeout_s=0)
     pipeline.ack(state, 0)
     for _ in range(3):
-        copier._tick()
+        turn(copier)
     assert copier.assigned() == set() and pipeline.adds == [(task, 0)], "started after its revoke"

@@ -155,6 +155,7 @@ def copier_factory(
             worker_id=worker_id,
             replication_factor=route.replication_factor,
             commit_interval_s=config.worker.commit_interval_s,
+            commit_after_records=config.worker.commit_after_records,
             observer=None if metrics is None else metrics.route(route.name),
             lease=valid,
             origin=OriginRule(route.source, route.destination) if route.active_active else None,

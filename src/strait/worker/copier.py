@@ -21,11 +21,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Literal
 
-from confluent_kafka import KafkaException
-
 from strait.metrics.stages import CopyObserver
 from strait.offsetmap.store import MapWriter
 from strait.worker.checkpoint import checkpoint_violation
+from strait.worker.commits import FINAL_COMMIT_TIMEOUT_S, Committer, Ticket, commit_due
 from strait.worker.destination import DestinationTopics
 from strait.worker.entries import DestinationManager, Entry, PartitionStats, snapshot
 from strait.worker.fetch import RecordPipeline
@@ -84,6 +83,7 @@ class Copier(PartitionStarts):
         worker_id: str,
         replication_factor: int | None = None,
         commit_interval_s: float = 1.0,
+        commit_after_records: int = 1_000,
         catchup_lag_threshold: int | None = 10_000,
         realtime_settings: PipelineSettings = PipelineSettings(),
         catchup_settings: PipelineSettings = CATCHUP_SETTINGS,
@@ -105,6 +105,7 @@ class Copier(PartitionStarts):
         self.group_id = group_id
         self.worker_id = worker_id
         self._commit_interval_s = commit_interval_s
+        self._commit_after_records = commit_after_records
         self._offset_map = offset_map
         self._lease = lease
         self._source_props, self._destination_props = source, destination
@@ -120,6 +121,7 @@ class Copier(PartitionStarts):
         # A store whose reads may come early (see SourceCheckpoints.reads_early) reads a new
         # partition's start offsets while its destination topic is made ready.
         self._early = EarlyStarts(self._checkpoints) if getattr(self._checkpoints, "reads_early", False) else None
+        self._committer = Committer(self._checkpoints, route=route, lease=lease, on_committed=self._committed)
         factory: PipelineFactory = pipeline_factory or RecordPipeline
         common: dict[str, Any] = {
             "source": source,
@@ -341,9 +343,14 @@ class Copier(PartitionStarts):
         with self._lock:
             remaining = [e for e in self._entries.values() if e.phase != "starting"]
         self._commit(remaining, final=True)
+        commit_s = max(1.0, min(FINAL_COMMIT_TIMEOUT_S, deadline - time.monotonic()))
         if self._early is not None:
             self._early.close()
-        self._checkpoints.close()
+        if self._committer.stop(commit_s):
+            self._checkpoints.close()
+        else:
+            # Closing the client under a request still waiting for its answer is not safe.
+            log.error("copier %s: the last checkpoint commit is unanswered after %.0fs", self.route, commit_s)
         if self._offset_map is not None:
             self._offset_map.close()
 
@@ -364,25 +371,38 @@ class Copier(PartitionStarts):
         with self._lock:
             entries = list(self._entries.values())
         starting: list[Entry] = []
+        released: list[Entry] = []
         finished: list[Entry] = []
         for entry in entries:
             if entry.revoke_deadline is not None:
-                if self._advance_revoke(entry, now):
-                    finished.append(entry)
+                if entry.final_commit is not None:
+                    if self._final_commit_settled(entry, now):
+                        finished.append(entry)
+                elif self._advance_revoke(entry, now):
+                    released.append(entry)
             elif entry.phase == "starting":
                 if now >= entry.next_attempt:
                     starting.append(entry)
             elif entry.phase == "moving":
                 self._moves.advance(entry, now)
+        if released:
+            finished += self._commit_released(released)
         if finished:
             self._finish_revokes(finished)
         if starting and self._lease():
             # Starting claims the partition: not while this worker may have lost it unawares
             # (frozen past its session; see strait.worker.lease). The agent confirms soon.
             self._start_partitions(starting)
-        if now >= self._next_commit:
+        running = [e for e in entries if e.phase != "starting" and e.revoke_deadline is None]
+        if commit_due(
+            now,
+            self._next_commit,
+            (_progress(e.state) for e in running),
+            after_records=self._commit_after_records,
+            busy=self._committer.busy(),
+        ):
             self._next_commit = now + self._commit_interval_s
-            self._commit([e for e in entries if e.phase != "starting" and e.revoke_deadline is None])
+            self._commit(running)
         self._moves.classify(entries, now)
         self._moves.to_record_mode(entries)
 
@@ -443,8 +463,37 @@ class Copier(PartitionStarts):
             entry.phase = "releasing"
         return entry.settling is None or entry.settling.is_set()
 
+    def _commit_released(self, released: list[Entry]) -> list[Entry]:
+        """Hand the final checkpoints of released partitions to the committer; the entries with
+        nothing to commit (abandoned, or committed already), which are finished now."""
+        ticket = self._commit([e for e in released if not e.abandoned], final=True)
+        waiting = set() if ticket is None else set(ticket.offsets)
+        for entry in released:
+            if entry.state.task in waiting:
+                entry.final_commit = ticket
+        return [e for e in released if e.state.task not in waiting]
+
+    def _final_commit_settled(self, entry: Entry, now: float) -> bool:
+        ticket = entry.final_commit
+        if ticket is None or not ticket.settled(now):
+            return False
+        if not ticket.done.is_set():
+            log.error(
+                "revoke of %s: its final checkpoint commit is unanswered after %.0fs; letting it go at "
+                "checkpoint %s (the next owner copies what was acknowledged after it again)",
+                entry.state.task,
+                FINAL_COMMIT_TIMEOUT_S,
+                entry.state.committed,
+            )
+        elif entry.state.task in ticket.failed:
+            log.error(
+                "revoke of %s: its final checkpoint commit failed; letting it go at checkpoint %s",
+                entry.state.task,
+                entry.state.committed,
+            )
+        return True
+
     def _finish_revokes(self, finished: list[Entry]) -> None:
-        self._commit([e for e in finished if not e.abandoned], final=True)
         with self._lock:
             for entry in finished:
                 task = entry.state.task
@@ -477,8 +526,9 @@ class Copier(PartitionStarts):
                         self._early.forget([task])
                     entry.revoked.set()
 
-    def _commit(self, entries: list[Entry], *, final: bool = False) -> None:
-        """Commit the checkpoints that moved since their last commit, in one request."""
+    def _commit(self, entries: list[Entry], *, final: bool = False) -> Ticket | None:
+        """Hand the checkpoints that moved since their last commit to the committer (one request);
+        its ticket, or None when there is nothing to commit or no lease to commit with."""
         due: list[tuple[PartitionState, int]] = []
         for entry in entries:
             state = entry.state
@@ -501,30 +551,29 @@ class Copier(PartitionStarts):
                 continue
             due.append((state, checkpoint))
         if not due:
-            return
+            return None
         if not self._lease():
             # Cut off, or frozen past the session: the partitions may be someone else's now,
             # and a checkpoint committed from here could move the new owner's back.
             log.warning("copier %s: lease not confirmed; %d checkpoint(s) left uncommitted", self.route, len(due))
-            return
-        started = time.monotonic()
-        try:
-            failed = self._checkpoints.commit({s.task: offset for s, offset in due})
-            if self._observer is not None:
-                self._observer.committed(time.monotonic() - started)
-        except KafkaException as exc:
-            level = logging.ERROR if final else logging.WARNING
-            log.log(level, "copier %s: committing %d checkpoint(s) failed: %s", self.route, len(due), exc)
-            return
-        for state, offset in due:
-            if state.task not in failed:
-                state.committed = offset
-        if self._offset_map is not None:
+            return None
+        return self._committer.submit(due)
+
+    def _committed(self, committed: list[tuple[PartitionState, int]], seconds: float) -> None:
+        """After each commit request (on the committer's thread)."""
+        if self._observer is not None:
+            self._observer.committed(seconds)
+        if self._offset_map is not None and committed:
             # Published with the checkpoint's rhythm; a record copied again later (a resend, a
             # successor) gets a later run, and translation prefers the latest copy.
-            published = [s for s, _ in due if s.task not in failed]
             self._offset_map.publish(
-                (s.task.topic, s.task.partition, s.task.destination_topic, s.runs) for s in published
+                (s.task.topic, s.task.partition, s.task.destination_topic, s.runs) for s, _ in committed
             )
-        if failed:
-            log.warning("copier %s: checkpoint commit failed for %s", self.route, sorted(map(str, failed)))
+
+
+def _progress(state: PartitionState) -> int:
+    """How far a partition's checkpoint moved past its last commit (records, roughly)."""
+    checkpoint, committed = state.checkpoint, state.committed
+    if checkpoint is None:
+        return 0
+    return checkpoint - (committed if committed is not None else checkpoint)

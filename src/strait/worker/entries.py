@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
+from strait.worker.commits import Ticket
 from strait.worker.pipeline import PartitionState, Pipeline
 from strait.worker.task import PartitionTask
 
@@ -93,6 +94,9 @@ class Entry:
     # Set by the pipeline once an abandoned partition's copy can no longer commit (None: at once).
     settling: threading.Event | None = None
     overdue_logged: bool = False
+    # The final commit of a released partition, once handed to the committer: the revoke ends
+    # when it is answered (or overdue).
+    final_commit: Ticket | None = None
     # Assigned again while its revoke was still in progress: started afresh once it ends.
     successor: PartitionTask | None = None
     # A batch route's partition whose batches cannot pass unchanged: record mode for good.

@@ -14,6 +14,7 @@ from confluent_kafka import KafkaException
 
 from strait.access_errors import explain
 from strait.metrics.stages import CopyObserver
+from strait.worker.commits import Ticket
 from strait.worker.entries import DestinationManager, Entry
 from strait.worker.moves import Moves
 from strait.worker.source_checkpoints import CheckpointStore, EarlyStarts, StartOffsets
@@ -49,7 +50,7 @@ class PartitionStarts:
     _lock: threading.Lock
     _moves: Moves
 
-    def _commit(self, entries: list[Entry], *, final: bool = False) -> None:
+    def _commit(self, entries: list[Entry], *, final: bool = False) -> Ticket | None:
         raise NotImplementedError
 
     def _start_partitions(self, entries: list[Entry]) -> None:
