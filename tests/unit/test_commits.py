@@ -5,10 +5,12 @@ progress at once and anything else within the interval."""
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 from collections.abc import Mapping
 
+import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from strait.worker.checkpoint import AckTracker
@@ -174,3 +176,24 @@ def test_the_copier_goes_on_while_a_commit_waits_and_its_revoke_ends_once_answer
     assert first not in copier.assigned()
     assert store.history(first)[-1] == 5, "the revoke let the partition go before committing its end"
     copier.stop(drain=False, timeout_s=1)
+
+
+def test_a_request_out_too_long_is_reported_once(caplog: pytest.LogCaptureFixture) -> None:
+    store = GatedCheckpoints()
+    now = [0.0]
+    committer = Committer(
+        store, route="a-b", lease=lambda: True, on_committed=lambda _c, _s: None, clock=lambda: now[0]
+    )
+    committer.submit([(_state(0, 1), 1)])
+    assert store.entered.wait(5)
+    with caplog.at_level(logging.WARNING, logger="strait.worker.commits"):
+        now[0] = 29.0
+        committer.report_overdue(30.0)
+        assert not caplog.records
+        now[0] = 31.0
+        committer.report_overdue(30.0)
+        committer.report_overdue(30.0)
+        overdue = [r for r in caplog.records if "has waited" in r.getMessage()]
+        assert len(overdue) == 1
+    store.gate.set()
+    assert committer.stop(5)

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 # the checkpoint committed before (the next owner copies the difference again; a commit that
 # lands later covers only acknowledged records, so it cannot lose any).
 FINAL_COMMIT_TIMEOUT_S = 15.0
+# A request out this long is reported (once): acknowledged progress is piling up uncommitted.
+COMMIT_OVERDUE_S = 30.0
 
 
 def commit_due(
@@ -102,6 +104,7 @@ class Committer:
         self._pending: dict[PartitionTask, tuple[PartitionState, int]] = {}
         self._tickets: list[Ticket] = []
         self._sending_since: float | None = None
+        self._reported_since: float | None = None
         self._stopping = False
         self._thread: threading.Thread | None = None
 
@@ -130,6 +133,19 @@ class Committer:
         """How long the request now out has been waiting for its answer (None: none is out)."""
         since = self._sending_since
         return None if since is None else self._clock() - since
+
+    def report_overdue(self, after_s: float = COMMIT_OVERDUE_S) -> None:
+        """Log, once per request, a request out for longer than ``after_s``."""
+        since = self._sending_since
+        if since is None or since == self._reported_since or self._clock() - since < after_s:
+            return
+        self._reported_since = since
+        log.warning(
+            "copier %s: a checkpoint commit has waited %.0fs for the group coordinator; acknowledged "
+            "progress stays uncommitted until it answers",
+            self._route,
+            self._clock() - since,
+        )
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait until everything handed over so far was answered; False on timeout."""

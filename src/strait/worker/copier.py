@@ -393,6 +393,7 @@ class Copier(PartitionStarts):
             # Starting claims the partition: not while this worker may have lost it unawares
             # (frozen past its session; see strait.worker.lease). The agent confirms soon.
             self._start_partitions(starting)
+        self._committer.report_overdue()
         running = [e for e in entries if e.phase != "starting" and e.revoke_deadline is None]
         if commit_due(
             now,
