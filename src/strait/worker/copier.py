@@ -413,13 +413,14 @@ class Copier(PartitionStarts):
         owner. A worker whose coordination session flaps thus copies at most what its pipelines
         had fetched past its last commit, not everything until the session is judged lost."""
         held = not self._lease()
-        if held == self._held:
-            return
-        self._held = held
-        if held:
-            log.warning("copier %s: lease not confirmed; fetching held until it is", self.route)
-        else:
-            log.info("copier %s: lease confirmed again; fetching resumes", self.route)
+        if held != self._held:
+            self._held = held
+            if held:
+                log.warning("copier %s: lease not confirmed; fetching held until it is", self.route)
+            else:
+                log.info("copier %s: lease confirmed again; fetching resumes", self.route)
+        # Every turn, not only on a change: the backlog process takes it as the sign that this
+        # copier still runs, and holds on its own when it stops hearing it (strait.worker.batch.child).
         for pipeline in self._moves.pipelines():
             pipeline.hold(held)
 

@@ -6,7 +6,9 @@ serves the worker's commands (add, release, pace, stop) and reports every partit
 every REPORT_INTERVAL_S while anything changed (:mod:`strait.worker.batch.relay`). It commits
 nothing and talks to no coordination store: the worker holds the lease and commits the
 checkpoints its reports allow. It exits when the worker goes away (the pipe closes, or it is
-given to another parent), and never outlives it by more than one interval.
+given to another parent), and never outlives it by more than one interval. While the worker says
+nothing (frozen by SIGSTOP or a paused VM, or starved), nothing it could commit: the process holds
+fetching until the worker speaks again (:class:`WorkerWord`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -28,6 +31,33 @@ log = logging.getLogger("strait.worker.batch.child")  # (run as __main__)
 # (every commit_interval_s) and the lag its moves judge; small next to both, large next to one
 # loop turn of the batch pipeline.
 REPORT_INTERVAL_S = 0.01
+
+# The worker's copier speaks at least every strait.worker.batch.remote.KEEPALIVE_S while it runs.
+# Silent this long, it is frozen or starved: its copier neither commits the checkpoints these
+# reports allow nor holds fetching when its lease lapses, so whatever is copied meanwhile would
+# be copied again by the next owner (and a frozen worker's partitions may have one already).
+WORKER_SILENCE_S = 2.0
+
+
+class WorkerWord:
+    """Whether the backlog process may fetch: the worker did not ask it to hold, and was heard
+    from within ``silence_s`` (pure: the caller passes the time)."""
+
+    def __init__(self, now: float, silence_s: float = WORKER_SILENCE_S) -> None:
+        self._heard = now
+        self._silence_s = silence_s
+        self.asked = False  # the worker's last hold command
+        self.silent = False  # as last judged by held()
+
+    def heard(self, now: float, *, hold: bool | None = None) -> None:
+        """A command came from the worker (``hold``: it was a hold command saying so)."""
+        self._heard = now
+        if hold is not None:
+            self.asked = hold
+
+    def held(self, now: float) -> bool:
+        self.silent = now - self._heard > self._silence_s
+        return self.asked or self.silent
 
 
 @dataclass(frozen=True)
@@ -94,6 +124,8 @@ class Backlog:
         )
         self._held: dict[int, Held] = {}
         self._parent = os.getppid()
+        self._word = WorkerWord(time.monotonic())
+        self._holding = False
 
     def serve(self) -> bool:
         """Copy until told to stop (True), or until the worker is gone or the pipeline died."""
@@ -108,6 +140,7 @@ class Backlog:
                 if os.getppid() != self._parent:
                     log.warning("backlog process: the worker is gone; stopping")
                     return False
+                self._hold()
                 self._report()
                 if self._pipeline.crashed():
                     return False  # (the pipeline logged why; the worker sees the process end)
@@ -127,6 +160,7 @@ class Backlog:
         while conn.poll():
             command = conn.recv()
             kind = command[0]
+            self._word.heard(time.monotonic(), hold=bool(command[1]) if kind == "hold" else None)
             if kind == "add":
                 _, slot, task, offset = command
                 state = new_state(task)
@@ -138,11 +172,22 @@ class Backlog:
                     held.released = self._pipeline.release(held.state)
             elif kind == "pace":
                 self._pipeline.set_pace(command[1])
-            elif kind == "hold":
-                self._pipeline.hold(command[1])
             elif kind == "stop":
                 return float(command[1])
         return None
+
+    def _hold(self) -> None:
+        held = self._word.held(time.monotonic())
+        if held == self._holding:
+            return
+        self._holding = held
+        if held and self._word.silent:
+            log.warning(
+                "backlog process: no word from the worker for %.1fs; fetching held until it speaks", WORKER_SILENCE_S
+            )
+        elif not held:
+            log.info("backlog process: fetching resumes")
+        self._pipeline.hold(held)
 
     def _report(self, *, final: bool = False) -> None:
         partitions = []

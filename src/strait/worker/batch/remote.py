@@ -34,6 +34,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -51,6 +52,9 @@ log = logging.getLogger(__name__)
 
 # How long a stopped child may take beyond its flush timeout before it is killed.
 EXIT_GRACE_S = 10.0
+# The copier asks every turn whether to hold; the child hears it at least this often, well within
+# its strait.worker.batch.child.WORKER_SILENCE_S, and holds fetching when it does not.
+KEEPALIVE_S = 0.25
 
 
 @dataclass
@@ -125,6 +129,7 @@ class BacklogProcess:
             fetched=lambda: self._fetched,
         )
         self._pace: float | None = None  # the rate the child was last given
+        self._hold_sent: tuple[bool, float] | None = None  # the last hold command and when
 
     @property
     def pid(self) -> int | None:
@@ -186,7 +191,15 @@ class BacklogProcess:
         return done
 
     def hold(self, on: bool) -> None:
-        """Fetch nothing new while ``on``: the child's pipeline holds (see Pipeline.hold)."""
+        """Fetch nothing new while ``on``: the child's pipeline holds (see Pipeline.hold).
+
+        The copier asks every turn; the child hears it on a change and at least every
+        KEEPALIVE_S, and holds on its own when it hears nothing (a frozen or starved worker)."""
+        now = time.monotonic()
+        last = self._hold_sent
+        if last is not None and last[0] == on and now - last[1] < KEEPALIVE_S:
+            return
+        self._hold_sent = (on, now)
         self._send(("hold", on))
 
     def abandon(self, state: PartitionState) -> threading.Event | None:
