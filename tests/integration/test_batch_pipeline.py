@@ -598,3 +598,46 @@ def test_a_backlog_drains_in_its_own_process_and_a_kill_of_it_loses_nothing(
     numbers = numbers_in(dst, topic)
     assert set(numbers) == set(range(count))  # every record; those after the checkpoint maybe twice
     print(f"killed at checkpoint {s.checkpoint}, resumed from {resumed_from}, {len(numbers) - count} duplicates")
+
+
+def test_a_backlog_process_whose_worker_is_silent_holds_until_it_speaks(
+    sandbox: Sandbox, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A worker frozen or starved commits nothing of what its backlog process copies: the process,
+    hearing nothing for WORKER_SILENCE_S, holds fetching mid-backlog, and copies the rest once
+    the worker speaks again (as a copier's every turn does)."""
+    from strait.worker.batch.remote import BacklogProcess
+    from strait.worker.pipeline import PartitionState
+
+    src, dst = sandbox.clusters["src"].props(), sandbox.clusters["dst"].props()
+    topic = f"bp-silent-{uid()}"
+    count = 100_000
+    create_topic(src, topic, 1)
+    create_topic(dst, topic, 1)
+    produce_numbered(src, topic, count)
+    backlog = BacklogProcess(name="batch", source=src, destination=dst, group_id=f"g-{uid()}", client_id=uid())
+    backlog.start()
+    said: list[str] = []
+
+    def child_said(text: str) -> bool:
+        said.append(capfd.readouterr().err)
+        return any(text in chunk for chunk in said)
+
+    try:
+        # Slow enough (about 100 s for the backlog) that the silence comes mid-backlog.
+        backlog._send(("pace", 100_000.0))
+        state = PartitionState(PartitionTask(ROUTE, topic, 0, topic))
+        backlog.add(state, 0)
+        wait_for(lambda: child_said("no word from the worker"), "the backlog process to hold on its own")
+        held_at = state.checkpoint
+        assert held_at is not None and held_at < count, held_at
+
+        def speaks_and_copied() -> bool:
+            backlog.hold(False)  # what the copier's every turn sends
+            return state.checkpoint == count
+
+        backlog._send(("pace", None))
+        wait_for(speaks_and_copied, "the rest of the backlog copied once the worker speaks")
+    finally:
+        backlog.stop(5)
+    assert numbers_in(dst, topic) == list(range(count))
