@@ -342,7 +342,7 @@ class Copier(PartitionStarts):
             pipeline.stop(flush_s)
         with self._lock:
             remaining = [e for e in self._entries.values() if e.phase != "starting"]
-        self._commit(remaining, final=True)
+        self._commit(remaining)
         commit_s = max(1.0, min(FINAL_COMMIT_TIMEOUT_S, deadline - time.monotonic()))
         if self._early is not None:
             self._early.close()
@@ -468,7 +468,7 @@ class Copier(PartitionStarts):
     def _commit_released(self, released: list[Entry]) -> list[Entry]:
         """Hand the final checkpoints of released partitions to the committer; the entries with
         nothing to commit (abandoned, or committed already), which are finished now."""
-        ticket = self._commit([e for e in released if not e.abandoned], final=True)
+        ticket = self._commit([e for e in released if not e.abandoned])
         waiting = set() if ticket is None else set(ticket.offsets)
         for entry in released:
             if entry.state.task in waiting:
@@ -528,7 +528,7 @@ class Copier(PartitionStarts):
                         self._early.forget([task])
                     entry.revoked.set()
 
-    def _commit(self, entries: list[Entry], *, final: bool = False) -> Ticket | None:
+    def _commit(self, entries: list[Entry]) -> Ticket | None:
         """Hand the checkpoints that moved since their last commit to the committer (one request);
         its ticket, or None when there is nothing to commit or no lease to commit with."""
         due: list[tuple[PartitionState, int]] = []

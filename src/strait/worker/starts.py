@@ -50,7 +50,7 @@ class PartitionStarts:
     _lock: threading.Lock
     _moves: Moves
 
-    def _commit(self, entries: list[Entry], *, final: bool = False) -> Ticket | None:
+    def _commit(self, entries: list[Entry]) -> Ticket | None:
         raise NotImplementedError
 
     def _start_partitions(self, entries: list[Entry]) -> None:
