@@ -37,6 +37,7 @@ class FakePipeline:
         self._lock = threading.Lock()
         self.stopped = False
         self.held = False
+        self.hold_calls = 0
 
     def start(self) -> None:
         pass
@@ -64,6 +65,7 @@ class FakePipeline:
 
     def hold(self, on: bool) -> None:
         self.held = on
+        self.hold_calls += 1
 
     def stop(self, timeout_s: float) -> None:
         self.stopped = True
@@ -454,6 +456,19 @@ def test_fetching_is_held_while_the_lease_is_not_confirmed_and_no_checkpoint_mov
     turn(copier)
     assert not realtime.held and not catchup.held
     assert checkpoints.history(task)[-1] == 2
+
+
+def test_every_turn_tells_every_pipeline_whether_to_hold() -> None:
+    # The backlog process takes the word as the sign that its worker still runs, and holds on its
+    # own when it stops hearing it (strait.worker.batch.child): a word only on a change would
+    # leave a running worker's backlog held.
+    lease = Lease(valid_for_s=60)
+    lease.confirm()
+    copier, _checkpoints = lease_copier(lease)
+    pipelines: list[FakePipeline] = [copier._realtime, copier._catchup]  # type: ignore[list-item]
+    for _ in range(5):
+        turn(copier)
+    assert all(p.hold_calls == 5 and not p.held for p in pipelines), [p.hold_calls for p in pipelines]
 
 
 def test_a_lease_expires_and_is_revoked() -> None:

@@ -28,7 +28,7 @@ from strait.worker.pipeline import PartitionState, PipelineSettings
 log = logging.getLogger("strait.worker.batch.child")  # (run as __main__)
 
 # How often progress goes to the worker: each report moves the checkpoint the worker may commit
-# (every commit_interval_s) and the lag its moves judge; small next to both, large next to one
+# (strait.worker.commits) and the lag its moves judge; small next to both, large next to one
 # loop turn of the batch pipeline.
 REPORT_INTERVAL_S = 0.01
 
